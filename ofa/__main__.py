@@ -1,0 +1,7 @@
+"""``python -m ofa`` (what ``torchrun -m ofa train ...`` runs)."""
+
+import sys
+
+from ofa.cli import main
+
+sys.exit(main())

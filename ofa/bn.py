@@ -1,0 +1,67 @@
+"""Batch-norm recalibration: re-estimate running statistics for the active (sub)network.
+
+A subnet's BN statistics are not those of the supernet that trained it, so every evaluation of a
+subnet first recomputes them on a few training batches (OFA's ``set_running_statistics``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from ofa.evaluate import resize
+
+
+@torch.no_grad()
+def recalibrate_bn(model: nn.Module, loader: Iterable, batches: int, device: torch.device | str | None = None,
+                   resolution: int | None = None, sync: bool = False) -> int:
+    """Reset and re-estimate every BN's running mean/var over ``batches`` batches of ``loader``.
+
+    Statistics are exact averages of per-batch mean and (unbiased) variance, written only into the
+    channels the active subnet uses, so a supernet keeps the statistics of its other channels.
+    ``resolution`` resizes inputs (elastic resolution). ``sync=True`` averages over all ranks (each
+    rank holding a shard of the data, all running the same subnet). Returns the batches used.
+    """
+    bns = [m for m in model.modules() if isinstance(m, _BatchNorm)]
+    sums: dict[nn.Module, list] = {}
+
+    def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        x = inputs[0].float()
+        mean = x.mean((0, 2, 3))
+        var = x.var((0, 2, 3), unbiased=True) if x.numel() > x.shape[1] else torch.zeros_like(mean)
+        acc = sums.setdefault(module, [torch.zeros_like(mean), torch.zeros_like(var), 0])
+        acc[0] += mean
+        acc[1] += var
+        acc[2] += 1
+
+    handles = [bn.register_forward_pre_hook(hook) for bn in bns]
+    was_training = model.training
+    model.train()
+    used = 0
+    try:
+        for batch in loader:
+            if used >= batches:
+                break
+            x = batch[0] if isinstance(batch, list | tuple) else batch
+            if device is not None:
+                x = x.to(device)
+            model(resize(x, resolution))
+            used += 1
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    distributed = sync and dist.is_available() and dist.is_initialized()
+    for bn, (mean_sum, var_sum, n) in sums.items():
+        count = torch.tensor(float(n), device=mean_sum.device)
+        if distributed:
+            for t in (mean_sum, var_sum, count):
+                dist.all_reduce(t)
+        c = mean_sum.numel()
+        bn.running_mean[:c] = mean_sum / count
+        bn.running_var[:c] = var_sum / count
+    return used

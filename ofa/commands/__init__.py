@@ -1,0 +1,1 @@
+"""One module per ``ofa`` verb; `ofa.cli` discovers them."""

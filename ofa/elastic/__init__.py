@@ -1,0 +1,12 @@
+"""Dynamic ops and the elastic inverted-residual block of the supernet."""
+
+from ofa.elastic.block import ElasticMBConv
+from ofa.elastic.ops import ElasticBatchNorm2d, ElasticDepthwiseConv2d, ElasticPointwiseConv2d, ElasticSqueezeExcite
+
+__all__ = [
+    "ElasticBatchNorm2d",
+    "ElasticDepthwiseConv2d",
+    "ElasticMBConv",
+    "ElasticPointwiseConv2d",
+    "ElasticSqueezeExcite",
+]

@@ -1,0 +1,1 @@
+"""Deployment side: latency tables, accuracy predictor, evolutionary search, Pareto front."""
