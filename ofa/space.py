@@ -493,30 +493,45 @@ class SearchSpace:
         return np.where(rng.random(a.shape) < 0.5, a, b)
 
     # ----------------------------------------------------------------- layers, MACs, params
+    def stage_input_hw(self, resolution: int, stage: int) -> int:
+        """Spatial size entering ``stage`` (independent of the arch's depths: later blocks have stride 1)."""
+        hw = (resolution - 1) // self.stem_stride + 1
+        for s in self.stages[:stage]:
+            hw = (hw - 1) // s.stride + 1
+        return hw
+
+    def block_spec(self, resolution: int, stage: int, index: int, kernel: int, expand: int) -> LayerSpec:
+        """The elastic block at ``index`` of ``stage`` with the given kernel and expand ratio."""
+        in_c, out_c, stride = self.block_io(stage, index)
+        hw = self.stage_input_hw(resolution, stage)
+        if index > 0:
+            hw = (hw - 1) // self.stages[stage].stride + 1
+        st = self.stages[stage]
+        return LayerSpec("mbconv", hw, in_c, out_c, kernel, mid_channels(in_c, expand), stride, st.se, st.act)
+
+    def fixed_layers(self, resolution: int) -> list[LayerSpec]:
+        """Layers every subnet at ``resolution`` runs: stem, first block, final expand, head."""
+        hw = self.stage_input_hw(resolution, 0)
+        last = self.stage_input_hw(resolution, self.num_stages)
+        return [
+            LayerSpec("stem", resolution, self.in_channels, self.stem_channels, 3, 0, self.stem_stride, False,
+                      self.stem_act),
+            LayerSpec("first", hw, self.stem_channels, self.first_channels, 3, 0, 1, False, "relu"),
+            LayerSpec("final_expand", last, self.stage_channels[-1], self.final_expand_channels, 1, 0, 1, False,
+                      self.head_act),
+            LayerSpec("head", last, self.final_expand_channels, self.num_classes, 1, self.feature_channels, 1,
+                      False, self.head_act),
+        ]
+
     def layers(self, arch: Arch) -> list[LayerSpec]:
         """Every layer the subnet runs, in order, at its input shape."""
-        hw = arch.resolution
-        out: list[LayerSpec] = []
-
-        def add(spec: LayerSpec) -> None:
-            nonlocal hw
-            out.append(spec)
-            hw = spec.out_hw
-
-        add(LayerSpec("stem", hw, self.in_channels, self.stem_channels, 3, 0, self.stem_stride, False,
-                      self.stem_act))
-        add(LayerSpec("first", hw, self.stem_channels, self.first_channels, 3, 0, 1, False, "relu"))
-        for s, stage in enumerate(self.stages):
-            for j in range(arch.depths[s]):
-                slot = s * self.max_depth + j
-                in_c, out_c, stride = self.block_io(s, j)
-                add(LayerSpec("mbconv", hw, in_c, out_c, arch.kernels[slot],
-                              mid_channels(in_c, arch.expands[slot]), stride, stage.se, stage.act))
-        add(LayerSpec("final_expand", hw, self.stage_channels[-1], self.final_expand_channels, 1, 0, 1, False,
-                      self.head_act))
-        add(LayerSpec("head", hw, self.final_expand_channels, self.num_classes, 1, self.feature_channels, 1,
-                      False, self.head_act))
-        return out
+        stem, first, final, head = self.fixed_layers(arch.resolution)
+        blocks = [
+            self.block_spec(arch.resolution, s, j, arch.kernels[s * self.max_depth + j],
+                            arch.expands[s * self.max_depth + j])
+            for s in range(self.num_stages) for j in range(arch.depths[s])
+        ]
+        return [stem, first, *blocks, final, head]
 
     def macs(self, arch: Arch) -> int:
         return sum(layer.macs for layer in self.layers(arch))

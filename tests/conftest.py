@@ -1,0 +1,51 @@
+"""Shared fixtures: small spaces that keep the suite fast on 2 CPU cores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ofa.space import SearchSpace, StageSpec
+
+
+def tiny_space(**overrides) -> SearchSpace:
+    """A 3-stage space with every feature of the mbv3 space (SE, both activations, strides, kernels 3/5/7)."""
+    base = dict(
+        stages=(StageSpec(16, 2, False, "relu"), StageSpec(24, 1, True, "relu"), StageSpec(32, 2, True, "hswish")),
+        kernels=(3, 5, 7), expands=(2, 3, 4), depths=(1, 2, 3), resolutions=(12, 16, 20),
+        stem_width=8, stem_stride=1, first_width=8, final_expand_width=48, feature_width=64,
+        in_channels=3, num_classes=10, dropout=0.1,
+    )
+    base.update(overrides)
+    return SearchSpace(**base)
+
+
+@pytest.fixture
+def space() -> SearchSpace:
+    return tiny_space()
+
+
+def perturb(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Give BN statistics, affine parameters and kernel transforms non-trivial values.
+
+    Fresh weights hide bugs (identity transforms, unit BN); parity must hold for any weights.
+    """
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if "transforms" in name:
+                p.add_(0.1 * torch.randn(p.shape, generator=g))
+            elif p.dim() == 1:
+                p.copy_(0.5 * torch.randn(p.shape, generator=g) + (1.0 if name.endswith("weight") else 0.0))
+        for name, b in module.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(0.2 * torch.randn(b.shape, generator=g))
+            elif name.endswith("running_var"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=g))
+    return module
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)

@@ -1,0 +1,194 @@
+import copy
+
+import numpy as np
+import pytest
+import torch
+from conftest import perturb, tiny_space
+
+from ofa.bn import recalibrate_bn
+from ofa.errors import OFAError
+from ofa.space import SearchSpace, mid_channels
+from ofa.subnet import load_subnet, save_subnet
+from ofa.supernet import OFAMobileNetV3
+
+
+@pytest.fixture(scope="module")
+def net():
+    torch.manual_seed(0)
+    return perturb(OFAMobileNetV3(tiny_space())).eval()
+
+
+def _parity(net, arch, batch=3, seed=0):
+    net.set_active(arch)
+    x = torch.randn(batch, net.space.in_channels, arch.resolution, arch.resolution,
+                    generator=torch.Generator().manual_seed(seed))
+    static = net.extract().eval()
+    with torch.no_grad():
+        return (net(x) - static(x)).abs().max().item(), net(x).abs().max().item()
+
+
+def test_extract_parity_many_archs(net):
+    space = net.space
+    archs = [space.max_arch(r) for r in space.resolutions] + [space.min_arch(r) for r in space.resolutions]
+    archs += [space.sample(seed) for seed in range(30)]
+    for arch in archs:
+        diff, scale = _parity(net, arch)
+        assert scale > 0.1
+        assert diff <= 1e-5, (arch, diff)
+
+
+def test_extract_parity_mbv3():
+    torch.manual_seed(1)
+    space = SearchSpace.mbv3(num_classes=20)
+    net = perturb(OFAMobileNetV3(space), seed=1).eval()
+    for arch in (space.max_arch(128), space.min_arch(160), space.sample(3)):
+        arch = type(arch)(min(arch.resolution, 160), arch.depths, arch.kernels, arch.expands)
+        diff, _ = _parity(net, arch, batch=2)
+        assert diff <= 1e-5
+
+
+def test_extracted_model_is_a_plain_timm_model_with_the_arch_size(net):
+    from timm.models.mobilenetv3 import MobileNetV3
+
+    arch, active = net.space.sample(11), net.space.sample(12)
+    net.set_active(active)
+    static = net.extract(arch)
+    assert isinstance(static, MobileNetV3)
+    assert sum(p.numel() for p in static.parameters()) == net.space.params(arch)
+    assert net.active_arch == active  # extract leaves the active subnet as it was
+
+
+def test_small_kernels_use_the_transformation_matrices(net):
+    arch = net.space.min_arch()
+    block = net.blocks[1][0]
+    w3 = block.conv_dw.active_weight(8, 3)
+    centre = block.conv_dw.weight[:8, :, 2:5, 2:5]
+    assert w3.shape == (8, 1, 3, 3) and not torch.allclose(w3, centre)  # transforms are learned, not a crop
+    fresh = OFAMobileNetV3(net.space)
+    fresh_block = fresh.blocks[1][0]
+    assert torch.equal(fresh_block.conv_dw.active_weight(8, 3), fresh_block.conv_dw.weight[:8, :, 2:5, 2:5])
+    assert _parity(net, arch)[0] <= 1e-5
+
+
+def test_gradients_only_reach_the_active_slice():
+    torch.manual_seed(0)
+    net = OFAMobileNetV3(tiny_space()).train()
+    arch = net.space.min_arch()
+    net.set_active(arch)
+    net(torch.randn(4, 3, arch.resolution, arch.resolution)).sum().backward()
+    block = net.blocks[1][0]
+    mid = mid_channels(block.in_channels, 2)
+    assert block.conv_pw.weight.grad[:mid].abs().sum() > 0
+    assert block.conv_pw.weight.grad[mid:].abs().sum() == 0
+    assert net.blocks[1][1].conv_pw.weight.grad is None  # depth 1: second block never ran
+
+
+@pytest.mark.parametrize("frozen", [(), (3,)])
+def test_reorganize_channels_keeps_the_function(frozen):
+    torch.manual_seed(0)
+    net = perturb(OFAMobileNetV3(tiny_space()), seed=2).eval()
+    arch = net.space.max_arch()
+    net.set_active(arch)
+    x = torch.randn(4, 3, arch.resolution, arch.resolution)
+    block = net.blocks[2][0]
+    importance = block.conv_pwl.weight.abs().sum((0, 2, 3))
+    keep = mid_channels(block.in_channels, 3)
+    with torch.no_grad():
+        before = net(x)
+        net.reorganize_channels(frozen)
+        after = net(x)
+    assert (before - after).abs().max() <= 1e-5
+    sorted_importance = block.conv_pwl.weight.abs().sum((0, 2, 3))
+    if not frozen:
+        assert torch.all(sorted_importance[:-1] >= sorted_importance[1:])
+    else:  # the channel set of a trained expand ratio is kept; sorting happens inside each band
+        assert torch.allclose(sorted_importance[:keep].sort().values, importance[:keep].sort().values)
+        assert torch.all(sorted_importance[: keep - 1] >= sorted_importance[1:keep])
+    if block.se is not None:
+        se_importance = block.se.conv_expand.weight.abs().sum((0, 2, 3))
+        if not frozen:
+            assert torch.all(se_importance[:-1] >= se_importance[1:])
+
+
+def test_save_load_round_trip(tmp_path, net):
+    path = net.save(tmp_path / "supernet.pt", meta={"mean": [0.5], "class_names": list("abcdefghij")})
+    loaded = OFAMobileNetV3.load(path).eval()
+    assert loaded.meta["class_names"][0] == "a"
+    arch = net.space.sample(4)
+    x = torch.randn(2, 3, arch.resolution, arch.resolution)
+    net.set_active(arch)
+    loaded.set_active(arch)
+    with torch.no_grad():
+        assert torch.equal(net(x), loaded(x))
+
+
+def test_load_errors_name_the_file(tmp_path, net):
+    path = net.save(tmp_path / "supernet.pt")
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(path.read_bytes()[:2000])
+    with pytest.raises(OFAError, match=r"truncated.pt: not a readable supernet checkpoint"):
+        OFAMobileNetV3.load(truncated)
+    with pytest.raises(OFAError, match=r"missing.pt: supernet checkpoint not found"):
+        OFAMobileNetV3.load(tmp_path / "missing.pt")
+    other = tmp_path / "other.pt"
+    torch.save({"format": "something-else"}, other)
+    with pytest.raises(OFAError, match="not an ofa supernet"):
+        OFAMobileNetV3.load(other)
+    wrong = tmp_path / "wrong.pt"
+    state = net.state_dict()
+    torch.save({"format": "ofa-supernet", "space": tiny_space(final_expand_width=56).to_dict(),
+                "state_dict": state}, wrong)
+    with pytest.raises(OFAError, match=r"wrong.pt: weights do not match the stored space"):
+        OFAMobileNetV3.load(wrong)
+
+
+def test_static_subnet_save_and_load(tmp_path, net):
+    arch = net.space.sample(9)
+    static = net.extract(arch).eval()
+    path = save_subnet(static, net.space, arch, tmp_path / "sub.pt", meta={"top1": 90.0})
+    again = load_subnet(path)
+    x = torch.randn(2, 3, arch.resolution, arch.resolution)
+    with torch.no_grad():
+        assert torch.equal(static(x), again(x))
+    assert again.ofa_meta["arch"] == arch and again.ofa_meta["top1"] == 90.0
+
+
+def _batches(n=6, res=20, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(8, 3, res, res, generator=g) * 2 + 1, torch.zeros(8, dtype=torch.long)) for _ in range(n)]
+
+
+def test_recalibrate_bn_estimates_exact_statistics():
+    bn = torch.nn.BatchNorm2d(3)
+    data = _batches()
+    recalibrate_bn(torch.nn.Sequential(bn), data, batches=4)
+    xs = [x for x, _ in data[:4]]
+    assert torch.allclose(bn.running_mean, torch.stack([x.mean((0, 2, 3)) for x in xs]).mean(0), atol=1e-6)
+    assert torch.allclose(bn.running_var, torch.stack([x.var((0, 2, 3)) for x in xs]).mean(0), atol=1e-5)
+
+
+def test_recalibrate_supernet_equals_recalibrating_the_extracted_subnet():
+    torch.manual_seed(0)
+    net = perturb(OFAMobileNetV3(tiny_space()), seed=3)
+    arch = net.space.sample(12)
+    untouched = net.blocks[1][0].bn1.running_mean.clone()
+    net.set_active(arch)
+    static = net.extract()
+    data = _batches(res=arch.resolution)
+    recalibrate_bn(net, data, batches=5)
+    recalibrate_bn(static, data, batches=5)
+    net.eval()
+    static.eval()
+    x = torch.randn(3, 3, arch.resolution, arch.resolution)
+    with torch.no_grad():
+        assert (net(x) - static(x)).abs().max() <= 1e-4
+    mid = net.blocks[1][0].active_mid
+    assert torch.equal(net.blocks[1][0].bn1.running_mean[mid:], untouched[mid:])  # other channels keep their stats
+    assert not torch.equal(net.blocks[1][0].bn1.running_mean[:mid], untouched[:mid])
+
+
+def test_sample_active_is_seeded_and_restricted(net):
+    a = net.sample_active(np.random.default_rng(5), kernels=[3, 5], depths=[3])
+    b = copy.deepcopy(net).sample_active(np.random.default_rng(5), kernels=[3, 5], depths=[3])
+    assert a == b and set(a.depths) == {3} and set(a.kernels) <= {3, 5}
+    assert net.active_arch == a
