@@ -1,0 +1,98 @@
+"""Search speed and quality: one search with the official OFA settings on the mbv3 space.
+
+Population 100, 500 generations, a fixed randomly initialised predictor (3 x 400 MLP), the mbv3
+latency table from latency_tables/ (a synthetic per-layer cost if none exists yet, and it says so),
+budget = the 30th percentile of random subnets' latency. Prints the wall time of the whole search
+(evolution + Pareto front; target <= 1 s, the official EvolutionFinder takes about 100 s), and the
+found subnet's predicted accuracy against the best of 10,000 random subnets within the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ofa.space import SearchSpace
+from search.dense import DenseCost
+from search.evolution import EvolutionConfig, run_search
+from search.predictor import AccuracyPredictor
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def latency_model() -> tuple[SearchSpace, object, str]:
+    """(space, latency, label): the mbv3 table and the space it was measured for (the paper space,
+    or its subset of resolutions), else the paper space with a synthetic cost (MACs plus a per-layer charge)."""
+    from search.latency import LatencyTable
+
+    for path in sorted((ROOT / "latency_tables").glob("*mbv3*.yaml")):
+        table = LatencyTable.load(path)
+        return table.space, table, str(path.relative_to(ROOT))
+    space = SearchSpace.mbv3()
+    cost = DenseCost.from_layer_cost(space, lambda layer: layer.macs / 2e8 + 0.02 + 0.01 * layer.se, overhead=0.3)
+    return space, cost, "synthetic (no latency_tables/*mbv3*.yaml yet)"
+
+
+def feasible_samples(space: SearchSpace, latency: object, budget: float, n: int, seed: int) -> np.ndarray:
+    rng, found, total = np.random.default_rng(seed), [], 0
+    while total < n:
+        rows = space.sample_genes(4 * n, rng)
+        rows = rows[np.asarray(latency.predict_batch(rows)) <= budget]
+        found.append(rows)
+        total += len(rows)
+    return np.concatenate(found)[:n]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--latency-ms", type=float, help="budget (default: 30th percentile of random subnets)")
+    ap.add_argument("--random", type=int, default=10_000, help="random feasible subnets to compare with")
+    args = ap.parse_args()
+
+    space, latency, table = latency_model()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(args.seed)
+        predictor = AccuracyPredictor(space, target_mean=75.0, target_std=5.0).eval()
+    rows = space.sample_genes(10_000, np.random.default_rng(args.seed + 1))
+    budget = args.latency_ms or float(np.percentile(latency.predict_batch(rows), 30))
+
+    run_search(space, predictor, latency, [budget], seed=args.seed + 1, config=EvolutionConfig(generations=3))  # warm
+    start = time.perf_counter()
+    result = run_search(space, predictor, latency, [budget], seed=args.seed)
+    seconds = time.perf_counter() - start
+    found = result.targets[0]
+
+    pool = feasible_samples(space, latency, budget, args.random, args.seed + 2)
+    best_random = float(predictor.predict_batch(pool).max())
+    out = {
+        "seconds": round(seconds, 3), "evolution_seconds": round(found.seconds, 3), "target_seconds": 1.0,
+        "table": table, "latency_budget_ms": round(budget, 4),
+        "found_top1": round(found.arch.extra["predicted_top1"], 4),
+        "found_latency_ms": round(found.arch.extra["latency_ms"], 4),
+        "random_best_top1": round(best_random, 4), "random_samples": len(pool),
+        "at_least_as_good": found.arch.extra["predicted_top1"] >= best_random,
+        "evaluated_subnets": result.evaluated, "pareto_size": len(result.front),
+        "torch_threads": torch.get_num_threads(),
+    }
+    print(f"table: {table}")
+    print(f"one search, OFA defaults (population 100, 500 generations), budget {budget:.3f} ms: "
+          f"{seconds:.3f} s ({found.seconds:.3f} s evolution, the rest the Pareto front); target <= 1 s")
+    print(f"found: predicted top-1 {out['found_top1']:.3f} at {out['found_latency_ms']:.3f} ms; best of "
+          f"{len(pool)} random subnets within budget: {best_random:.3f} -> "
+          f"{'at least as good' if out['at_least_as_good'] else 'WORSE'}")
+    print(f"{result.evaluated} distinct subnets evaluated, Pareto front of {len(result.front)}")
+    if args.json:
+        print(json.dumps(out))
+    sys.exit(0 if out["at_least_as_good"] else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""``ofa lut build`` measures a device's latency table; ``ofa lut check`` judges one on whole subnets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    lut = subparsers.add_parser("lut", help="build or check a per-device latency lookup table")
+    verbs = lut.add_subparsers(dest="lut_command", metavar="{build,check}", parser_class=type(lut))
+    lut.set_defaults(func=lambda args: (lut.print_help(), 2)[1])
+
+    build = verbs.add_parser("build", help="measure every layer config of a space on this device")
+    build.add_argument("--space", required=True, help="mbv3, a recipe or space YAML, or a checkpoint")
+    build.add_argument("--out", required=True, type=Path, help="table to write (resumed if it exists)")
+    build.add_argument("--backend", default="ort-cpu", help="ort-cpu (default), torch-cpu, ort-cuda, torch-cuda")
+    build.add_argument("--resolutions", type=int, nargs="+", help="resolutions to measure (default: the space's)")
+    build.add_argument("--threads", type=int, default=1)
+    build.add_argument("--batch", type=int, default=1)
+    build.add_argument("--repeats", type=int, help="interleaved timing rounds (default 150)")
+    build.add_argument("--warmup", type=int, help="untimed calls per model first (default 10)")
+    build.add_argument("--calibrate", type=int, default=10,
+                       help="whole subnets per resolution for the correction (0: none; default 10)")
+    build.add_argument("--device", help="device name stored in meta (default: host name)")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--quiet", action="store_true", help="no progress bars")
+    build.set_defaults(func=run_build)
+
+    check = verbs.add_parser("check", help="compare a table's predictions with measured whole subnets")
+    check.add_argument("table", type=Path)
+    check.add_argument("--space", help="also require the table to cover this space (default: the table's own)")
+    check.add_argument("--n", type=int, default=50, help="random subnets per resolution (default 50)")
+    check.add_argument("--resolutions", type=int, nargs="+", help="resolutions to check (default: all of the table's)")
+    check.add_argument("--repeats", type=int, help="interleaved timing rounds (default: the table's)")
+    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--out", type=Path, help="folder for check.jsonl, summary.json, check.png "
+                                                "(default runs/lut-check/TABLE_NAME)")
+    check.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
+    check.add_argument("--quiet", action="store_true", help="no progress bars")
+    check.set_defaults(func=run_check)
+
+
+def _command_line() -> str:
+    return shlex.join(["ofa", *sys.argv[1:]]) if Path(sys.argv[0]).name in ("ofa", "__main__.py") else ""
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from search.latency import space_from_arg
+    from search.lut_build import build_table
+    from search.measure import Protocol
+
+    protocol = Protocol().with_overrides(rounds=args.repeats, warmup=args.warmup)
+    command = _command_line() or (
+        f"ofa lut build --space {args.space} --out {args.out} --backend {args.backend}"
+        + (f" --resolutions {' '.join(map(str, args.resolutions))}" if args.resolutions else "")
+        + f" --threads {args.threads} --batch {args.batch}"
+    )
+    table = build_table(space_from_arg(args.space), args.out, backend=args.backend, resolutions=args.resolutions,
+                        threads=args.threads, batch=args.batch, protocol=protocol, calibrate=args.calibrate,
+                        seed=args.seed, device=args.device, command=command, progress=not args.quiet)
+    print(f"wrote {args.out}: {table.describe()}")
+    for r, fit in sorted((table.meta["correction"].get("per_resolution") or {}).items()):
+        print(f"  {r} px: correction scale {fit['scale']:.4f} offset {fit['offset']:+.4f} ms "
+              f"(fit MAPE {fit['fit_mape_pct']:.2f}% on {len(fit['points'])} calibration subnets)")
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from ofa.io import write_json, write_text
+    from ofa.space import Arch
+    from search.latency import LatencyTable, space_from_arg
+    from search.lut_check import check_table, plot_check
+    from search.measure import Protocol
+
+    table = LatencyTable.load(args.table)
+    if args.space:
+        table = table.for_space(space_from_arg(args.space))
+    protocol = Protocol.from_dict(table.meta["protocol"]).with_overrides(rounds=args.repeats)
+    result = check_table(table, n=args.n, resolutions=args.resolutions, seed=args.seed, protocol=protocol,
+                         progress=not args.quiet)
+    out = args.out or Path("runs") / "lut-check" / args.table.stem
+    write_text(out / "check.jsonl", "".join(json.dumps(r) + "\n" for r in result.rows))
+    summary = {"table": str(args.table), **result.summary}
+    write_json(out / "summary.json", summary)
+    plot = plot_check(result, out / "check.png", f"{args.table.stem}")
+    print(f"{'res':>4} {'predicted':>10} {'measured':>10} {'error':>8}  arch")
+    for row in result.rows:
+        print(f"{row['resolution']:>4} {row['predicted_ms']:>8.3f}ms {row['measured_ms']:>8.3f}ms "
+              f"{row['error_pct']:>+7.2f}%  {Arch.from_dict(row['arch']).short()}")
+    for name, s in [("all", result.summary), *result.summary["per_resolution"].items()]:
+        print(f"{name!s:>4}: n={s['n']} MAPE {s['mape']:.2f}%  within ±10% {s['within_10pct']:.1f}%  "
+              f"Spearman {s['spearman']:.4f}  max error {s['max_abs_error_pct']:.1f}%")
+    print(f"wrote {out / 'check.jsonl'}, {out / 'summary.json'}, {plot}")
+    if args.json:
+        print(json.dumps(summary))
+    return 0

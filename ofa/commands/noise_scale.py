@@ -1,0 +1,51 @@
+"""``ofa noise-scale RECIPE [--steps N]``: gradient noise scale and a batch size to train with.
+
+Measures B_simple = tr(Σ)/|G|² (McCandlish et al. 2018) for one phase at the weights of a run's
+newest checkpoint (``--run``) or of a fresh network, prints the critical batch size estimate and
+a suggested batch size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("noise-scale", help="measure the gradient noise scale (critical batch size)",
+                              description=__doc__)
+    p.add_argument("recipe", help="recipe YAML")
+    p.add_argument("--steps", type=int, default=20, help="measurement steps (default 20)")
+    p.add_argument("--run", help="run folder whose newest checkpoint gives the weights and the current phase")
+    p.add_argument("--phase", help="phase name (default: the run's current phase, else the first)")
+    p.add_argument("--accumulate", type=int, default=8,
+                   help="micro-batches per step: the big batch is this many training micro-batches (default 8)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe value")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ofa.train import load_recipe
+    from ofa.train.loop import measure_noise_scale
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    result = measure_noise_scale(recipe, args.steps, args.phase, args.run, args.accumulate)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    b = result["b_simple"]
+    print(f"phase {result['phase']!r}: gradient noise scale over {result['steps']} steps, "
+          f"batches of {result['b_small']} and {result['b_big']} images")
+    print(f"  tr(Σ) = {result['trace_sigma']:.4g}   |G|² = {result['grad_sq']:.4g}")
+    if b is None:
+        print("  B_simple: not measurable (|G|² estimate <= 0: the gradient is lost in the noise; "
+              "use more --steps or a larger --accumulate)")
+        return 0
+    print(f"  critical batch size (B_simple) ≈ {b:.0f} images")
+    suggested = result["suggested_batch"]
+    lr = result["lr"] * suggested / result["current_global_batch"]
+    print(f"  suggested global batch size: {suggested} (now {result['current_global_batch']}); "
+          f"with linear scaling its learning rate is {lr:.3g} (now {result['lr']:.3g})")
+    return 0

@@ -1,0 +1,88 @@
+"""``ofa search``: the most accurate subnet per latency budget on one device, plus the Pareto front."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from pathlib import Path
+
+_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
+
+
+def count(text: str) -> float:
+    """A count such as 300M, 1.5G, 600k or 2e8 (argparse type)."""
+    m = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*([kmg]?)\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (e.g. 300M, 1.5G, 2e8)")
+    try:
+        value = float(m.group(1)) * _SUFFIX[m.group(2)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (e.g. 300M, 1.5G, 2e8)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of milliseconds")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "search", help="find the most accurate subnet within a latency budget on a device",
+        description="Evolutionary search (OFA's: population 100, 500 generations, 25% parents, 50% mutation, "
+                    "the rest crossover) for the subnet with the highest predicted accuracy whose latency on the "
+                    "table's device is within each budget. Writes arch_<T>ms.json per budget (predicted_top1, "
+                    "latency_ms, macs, params, lut), pareto.json and pareto.png (every evaluated subnet that no "
+                    "other beats in accuracy, latency and MACs), search.json and metrics.jsonl.")
+    p.add_argument("--supernet", required=True, metavar="CKPT", help="supernet file or training checkpoint")
+    p.add_argument("--predictor", required=True, metavar="P.pt", help="accuracy predictor (`ofa predictor fit`)")
+    p.add_argument("--lut", required=True, metavar="TABLE.yaml", help="latency table of the device (`ofa lut build`)")
+    p.add_argument("--latency-ms", required=True, nargs="+", type=milliseconds, metavar="MS",
+                   help="one or more latency budgets in ms")
+    p.add_argument("--max-macs", type=count, metavar="M", help="also cap multiply-accumulates (e.g. 300M)")
+    p.add_argument("--max-params", type=count, metavar="P", help="also cap parameters (e.g. 5M)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: search/ next to the predictor)")
+    p.add_argument("--seed", type=int, default=0, help="seed (same seed, same answer)")
+    g = p.add_argument_group("evolution (defaults: the official OFA EvolutionFinder)")
+    g.add_argument("--population", type=int, default=100)
+    g.add_argument("--generations", type=int, default=500)
+    g.add_argument("--parent-ratio", type=float, default=0.25)
+    g.add_argument("--mutation-ratio", type=float, default=0.5)
+    g.add_argument("--mutate-prob", type=float, default=0.1, help="per-gene mutation probability")
+    g.add_argument("--resolution-prob", type=float, default=0.5, help="resolution mutation probability")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ofa.supernet import OFAMobileNetV3
+    from search.evolution import EvolutionConfig, run_search
+    from search.latency import LatencyTable
+    from search.predictor import AccuracyPredictor
+
+    config = EvolutionConfig(args.population, args.generations, args.parent_ratio, args.mutation_ratio,
+                             args.mutate_prob, args.resolution_prob)
+    space = OFAMobileNetV3.load(args.supernet).space
+    predictor = AccuracyPredictor.load(args.predictor)
+    predictor.check_space(space, f"the supernet {args.supernet}")
+    table = LatencyTable.load(args.lut, space=space)
+    result = run_search(space, predictor, table, args.latency_ms, max_macs=args.max_macs,
+                        max_params=args.max_params, seed=args.seed, config=config, progress=True)
+    result.meta.update(supernet=str(args.supernet), predictor=str(args.predictor), device=table.describe())
+    out = Path(args.out) if args.out else Path(args.predictor).parent / "search"
+    paths = result.save(out, lut=str(args.lut))
+    for t in result.targets:
+        e = t.arch.extra
+        print(f"{t.target_ms:g} ms: predicted top-1 {e['predicted_top1']:.2f}%, latency {e['latency_ms']:.3f} ms, "
+              f"{e['macs'] / 1e6:.1f}M MACs, {e['params'] / 1e6:.2f}M params, {t.arch.short()} "
+              f"-> {paths[f'arch_{t.target_ms:g}ms']}")
+    print(f"Pareto front: {len(result.front)} of {result.evaluated} evaluated subnets -> {paths['pareto_json']}, "
+          f"{paths['pareto_png']}")
+    return 0

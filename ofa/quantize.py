@@ -1,0 +1,78 @@
+"""INT8 static post-training quantization of an exported ONNX model with onnxruntime's tools.
+
+Activation ranges are calibrated on training images (never the test split, which stays the
+held-out measure of what quantization costs). The format is QDQ with unsigned 8-bit activations
+and per-channel signed 8-bit weights (U8S8): on this project's AVX-512/VNNI CPU, onnxruntime
+1.32 ran a digits subnet in 0.17 ms as U8S8 and 0.88 ms as S8S8 (fp32: 0.12 ms).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    CalibrationMethod,
+    QuantFormat,
+    QuantType,
+    quantize_static,
+)
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
+from ofa.errors import OFAError
+
+
+class _BatchReader(CalibrationDataReader):
+    """Feeds calibration batches (already shaped for the model's input) to the calibrator."""
+
+    def __init__(self, input_name: str, batches: Sequence[np.ndarray]) -> None:
+        self.input_name = input_name
+        self.batches = batches
+        self.position = 0
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self.position >= len(self.batches):
+            return None
+        batch = self.batches[self.position]
+        self.position += 1
+        return {self.input_name: np.ascontiguousarray(batch, dtype=np.float32)}
+
+    def rewind(self) -> None:
+        self.position = 0
+
+
+def quantize_int8(model: onnx.ModelProto, calibration: Sequence[np.ndarray], *,
+                  per_channel: bool = True) -> onnx.ModelProto:
+    """Return the INT8 (QDQ) version of ``model`` calibrated on ``calibration`` batches.
+
+    Each batch must match the model's input shape (a static batch dimension included). The
+    fp32 model's metadata_props are carried over; the caller adds what describes the quantization.
+    """
+    if not calibration:
+        raise OFAError("INT8 quantization needs calibration images (none were given)")
+    input_name = model.graph.input[0].name
+    # The quantizer logs every node it leaves in float at INFO/WARNING; keep the CLI output readable.
+    quiet = logging.getLogger().level
+    logging.getLogger().setLevel(logging.ERROR)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ofa-int8-") as tmp:
+            fp32, prepared, int8 = (Path(tmp) / name for name in ("fp32.onnx", "prepared.onnx", "int8.onnx"))
+            onnx.save(model, fp32)
+            quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
+            quantize_static(
+                str(prepared), str(int8), _BatchReader(input_name, calibration),
+                quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                calibrate_method=CalibrationMethod.MinMax,
+            )
+            quantized = onnx.load(int8)
+    finally:
+        logging.getLogger().setLevel(quiet)
+    del quantized.metadata_props[:]
+    quantized.metadata_props.extend(model.metadata_props)
+    return quantized

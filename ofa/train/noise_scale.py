@@ -1,0 +1,120 @@
+"""Gradient noise scale (critical batch size) from gradient norms at two batch sizes.
+
+McCandlish et al. 2018, "An Empirical Model of Large-Batch Training", Appendix A.1: with
+|G_b|² the squared norm of a gradient averaged over b samples, E|G_b|² = |G|² + tr(Σ)/b, so two
+batch sizes b_small < b_big give unbiased estimates
+
+    |G|²  ≈ (b_big |G_big|² − b_small |G_small|²) / (b_big − b_small)
+    tr(Σ) ≈ (|G_small|² − |G_big|²) / (1/b_small − 1/b_big)
+
+whose ratio, each smoothed by its own moving average first, is the simple noise scale
+B_simple = tr(Σ)/|G|², an estimate of the critical batch size. During training the small
+batches are micro-batches (or ranks) and the big one their accumulated sum: the measurement
+costs a copy of the gradients, no extra forward or backward pass.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class _Average:
+    """Exponential moving average with bias correction; decay 1 is the plain running mean."""
+
+    def __init__(self, decay: float) -> None:
+        self.decay, self.num, self.den = decay, 0.0, 0.0
+
+    def update(self, value: float) -> None:
+        self.num = self.decay * self.num + value
+        self.den = self.decay * self.den + 1.0
+
+    @property
+    def value(self) -> float | None:
+        return self.num / self.den if self.den else None
+
+
+class NoiseScaleEstimator:
+    """Moving averages of the unbiased |G|² and tr(Σ) estimates, and their ratio B_simple."""
+
+    def __init__(self, ema: float = 0.95) -> None:
+        self.ema = ema
+        self.reset()
+
+    def reset(self) -> None:
+        self.g2, self.trace, self.updates = _Average(self.ema), _Average(self.ema), 0
+
+    def update(self, small_sq: float, big_sq: float, b_small: float, b_big: float) -> None:
+        """One measurement: mean squared norm of b_small-sample gradients and squared norm of their average."""
+        if not b_big > b_small > 0:
+            raise ValueError(f"need b_big > b_small > 0, got {b_big}, {b_small}")
+        self.g2.update((b_big * big_sq - b_small * small_sq) / (b_big - b_small))
+        self.trace.update((small_sq - big_sq) / (1.0 / b_small - 1.0 / b_big))
+        self.updates += 1
+
+    @property
+    def b_simple(self) -> float | None:
+        g2, trace = self.g2.value, self.trace.value
+        if g2 is None or g2 <= 0:
+            return None  # gradient too small to see through the noise yet
+        return trace / g2
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self.updates:
+            return None
+        return {"b_simple": self.b_simple, "trace_sigma": self.trace.value, "grad_sq": self.g2.value,
+                "updates": self.updates}
+
+    def state_dict(self) -> dict[str, float]:
+        return {"g2_num": self.g2.num, "g2_den": self.g2.den, "tr_num": self.trace.num, "tr_den": self.trace.den,
+                "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.g2.num, self.g2.den = state["g2_num"], state["g2_den"]
+        self.trace.num, self.trace.den = state["tr_num"], state["tr_den"]
+        self.updates = int(state["updates"])
+
+
+class MicroBatchGradNorms:
+    """Squared norm of each micro-batch's own gradient, read off the accumulated ``.grad``.
+
+    Call ``begin()`` before a micro-batch's backward passes and ``end(scale)`` after them; the
+    micro-batch gradient is the change of ``.grad`` times ``scale`` (undoing loss scaling).
+    """
+
+    def __init__(self, params: list[nn.Parameter]) -> None:
+        self.params = params
+        self.sq_norms: list[float] = []
+        self._before: list[torch.Tensor | None] = []
+
+    @torch.no_grad()
+    def begin(self) -> None:
+        self._before = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+
+    @torch.no_grad()
+    def end(self, scale: float = 1.0) -> None:
+        parts = [(p.grad if before is None else p.grad - before).double().square().sum()
+                 for p, before in zip(self.params, self._before) if p.grad is not None]
+        self.sq_norms.append(float(torch.stack(parts).sum()) * scale * scale if parts else 0.0)
+        self._before = []
+
+    @property
+    def mean_sq(self) -> float:
+        return sum(self.sq_norms) / len(self.sq_norms)
+
+
+@torch.no_grad()
+def grad_sq_norm(params: list[nn.Parameter], scale: float = 1.0) -> float:
+    parts = [p.grad.double().square().sum() for p in params if p.grad is not None]
+    return float(torch.stack(parts).sum()) * scale * scale if parts else 0.0
+
+
+def suggest_batch_size(b_simple: float | None, train_size: int) -> int | None:
+    """A power of two near B_simple (the batch size past which bigger batches stop paying off)."""
+    if b_simple is None or not math.isfinite(b_simple) or b_simple <= 0:
+        return None
+    upper = max(8, 2 ** int(math.log2(max(8, train_size // 4))))
+    return int(min(upper, max(8, 2 ** round(math.log2(b_simple)))))

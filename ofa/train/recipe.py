@@ -1,0 +1,313 @@
+"""Training recipes: YAML in, a validated `Recipe` out, before any work starts.
+
+Sections: ``space`` (the search space), ``data``, ``optimizer``, ``schedule``, ``distill``,
+``phases`` (progressive shrinking, in order), ``eval``, ``checkpoint``, ``noise_scale``, plus the
+top-level ``seed``, ``device``, ``amp`` and ``channels_last``. An unknown key, a wrong type, a
+choice outside the space or a missing data root is an `OFAError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ofa.data import DataConfig, parse_data_config
+from ofa.errors import OFAError, SpaceError
+from ofa.io import read_yaml
+from ofa.space import Arch, SearchSpace
+from ofa.train.schema import ConfigError, parse_fields, parse_section, section_to_dict
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    name: Literal["sgd", "adamw"] = "sgd"
+    momentum: float = 0.9
+    nesterov: bool = True
+    betas: tuple[float, ...] = (0.9, 0.999)
+    weight_decay: float = 3e-5
+    no_decay_bn_bias: bool = True
+    label_smoothing: float = 0.1
+    grad_clip: float | None = None
+    # Phase learning rates are for this global batch; the trainer scales them linearly to the
+    # actual one (batch_size x processes). null: use them as given.
+    lr_reference_batch: int | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    lr_schedule: Literal["cosine", "constant"] = "cosine"
+    min_lr: float = 0.0
+    micro_batches: int = 1  # each batch is split into this many gradient-accumulation chunks
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    # none; full: a frozen copy of the network at the end of `teacher_phase` (default: the
+    # first phase) teaches every later phase; inplace: each step's largest subnet teaches the others.
+    teacher: Literal["none", "full", "inplace"] = "none"
+    ratio: float = 1.0
+    temperature: float = 1.0
+    teacher_phase: str | None = None
+
+
+@dataclass(frozen=True)
+class PhaseConfig:
+    """One progressive-shrinking phase; a null choice list means all of the space's choices."""
+
+    name: str
+    epochs: int
+    lr: float
+    warmup_epochs: int = 0
+    kernels: tuple[int, ...] | None = None
+    expands: tuple[int, ...] | None = None
+    depths: tuple[int, ...] | None = None
+    resolutions: tuple[int, ...] | None = None
+    subnets_per_step: int = 1
+    sandwich: bool = False  # largest + smallest + random subnets each step
+    reorganize_channels: bool = False  # sort expanded channels by importance before the phase
+
+    @property
+    def total_epochs(self) -> int:
+        return self.warmup_epochs + self.epochs
+
+    def largest(self, resolution: int, space: SearchSpace) -> Arch:
+        n = space.num_slots
+        return Arch(resolution, (max(self.depths),) * space.num_stages, (max(self.kernels),) * n,
+                    (max(self.expands),) * n)
+
+    def smallest(self, resolution: int, space: SearchSpace) -> Arch:
+        n = space.num_slots
+        return Arch(resolution, (min(self.depths),) * space.num_stages, (min(self.kernels),) * n,
+                    (min(self.expands),) * n)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = 0  # also evaluate every N epochs inside a phase (0: at phase ends only)
+    calib_batches: int = 10  # training batches for BN recalibration of each evaluated subnet
+    subnets: Literal["corners", "minmax"] = "corners"  # min/max of every dimension, or only both ends
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every_steps: int = 0  # also checkpoint every N optimizer steps (0: at epoch ends only)
+    keep: int = 2  # newest checkpoints kept (>= 2: a damaged latest one always has a predecessor)
+
+
+@dataclass(frozen=True)
+class NoiseScaleConfig:
+    enabled: bool = True  # needs micro_batches x processes >= 2 (two batch sizes to compare)
+    ema: float = 0.95
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated recipe; ``to_dict()`` is the resolved recipe (every default spelled out)."""
+
+    space: SearchSpace
+    phases: tuple[PhaseConfig, ...]
+    data: DataConfig = field(default_factory=DataConfig)
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    amp: bool = True  # mixed precision, CUDA only
+    channels_last: bool = True  # CUDA only
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    noise_scale: NoiseScaleConfig = field(default_factory=NoiseScaleConfig)
+    source: str = field(default="recipe", compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: section_to_dict(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "source"}
+        out["space"] = self.space.to_dict()
+        return out
+
+    def phase_index(self, name: str) -> int:
+        for i, p in enumerate(self.phases):
+            if p.name == name:
+                return i
+        raise OFAError(f"{self.source}: no phase named {name!r} (phases: {', '.join(p.name for p in self.phases)})")
+
+    @property
+    def teacher_phase_index(self) -> int | None:
+        """Index of the phase whose final weights become the frozen teacher (distill.teacher: full)."""
+        if self.distill.teacher != "full":
+            return None
+        return self.phase_index(self.distill.teacher_phase) if self.distill.teacher_phase else 0
+
+
+def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
+    """Read, override (``key.sub=value``), and validate a recipe file."""
+    raw = read_yaml(path, "recipe")
+    if not isinstance(raw, Mapping):
+        raise OFAError(f"{path}: a recipe is a mapping with space, data, phases, ... (got {type(raw).__name__})")
+    raw = apply_overrides(dict(raw), overrides, str(path))
+    return recipe_from_dict(raw, str(path))
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Iterable[str], source: str) -> dict[str, Any]:
+    """``--set data.batch_size=32``, ``--set phases.kernel.epochs=2`` (a phase by name or index)."""
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise OFAError(f"--set {item!r}: expected KEY=VALUE, e.g. data.batch_size=32")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise OFAError(f"--set {item!r}: the value is not valid YAML") from None
+        node: Any = raw
+        parts = key.split(".")
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            where = ".".join(parts[:depth + 1])
+            if isinstance(node, list):
+                index = _list_index(node, part)
+                if index is None:
+                    raise OFAError(f"--set {key}: {where}: no such list entry in {source}")
+                if last:
+                    node[index] = value
+                else:
+                    node[index] = dict(node[index]) if isinstance(node[index], Mapping) else node[index]
+                    node = node[index]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    child = node.get(part)
+                    node[part] = (list(child) if isinstance(child, list)
+                                  else dict(child) if isinstance(child, Mapping) else {})
+                    node = node[part]
+            else:
+                raise OFAError(f"--set {key}: {'.'.join(parts[:depth])} is not a mapping or list in {source}")
+    return raw
+
+
+def _list_index(items: list, part: str) -> int | None:
+    if part.lstrip("-").isdigit():
+        i = int(part)
+        return i if -len(items) <= i < len(items) else None
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping) and item.get("name") == part:
+            return i
+    return None
+
+
+def recipe_from_dict(raw: Mapping[str, Any], source: str = "recipe") -> Recipe:
+    """Validate a recipe mapping; errors read ``SOURCE: key.path: problem``."""
+    try:
+        return _validate(raw, source)
+    except (ConfigError, SpaceError) as exc:
+        raise OFAError(f"{source}: {exc}") from None
+
+
+def _validate(raw: Mapping[str, Any], source: str) -> Recipe:
+    allowed = [f.name for f in dataclasses.fields(Recipe) if f.name != "source"]
+    for key in raw:
+        if key not in allowed:
+            raise ConfigError(f"{key}: unknown key (allowed: {', '.join(allowed)})")
+    for key in ("space", "phases"):
+        if key not in raw:
+            raise ConfigError(f"{key}: missing (required)")
+    space = SearchSpace.from_dict(raw["space"], "space")
+    data = parse_data_config(raw.get("data"), "data")
+    if not isinstance(raw["phases"], list) or not raw["phases"]:
+        raise ConfigError("phases: expected a non-empty list of phases")
+    phases = tuple(_phase(space, p, f"phases[{i}]") for i, p in enumerate(raw["phases"]))
+    # The other sections and the top-level scalars are checked against Recipe's own annotations.
+    rest = {k: v for k, v in raw.items() if k not in ("space", "data", "phases")}
+    kwargs = parse_fields(Recipe, rest, "", skip=("space", "data", "phases", "source"))
+    recipe = Recipe(space=space, phases=phases, data=data, source=source, **kwargs)
+    _check_consistency(recipe)
+    return recipe
+
+
+def _phase(space: SearchSpace, raw: Any, where: str) -> PhaseConfig:
+    phase = parse_section(PhaseConfig, raw, where)
+    resolved = {}
+    for name in ("kernels", "expands", "depths", "resolutions"):
+        allowed = getattr(space, name)
+        chosen = getattr(phase, name)
+        if chosen is None:
+            resolved[name] = tuple(allowed)
+            continue
+        if not chosen:
+            raise ConfigError(f"{where}.{name}: needs at least one choice (or null for all of space.{name})")
+        for i, v in enumerate(chosen):
+            if v not in allowed:
+                raise ConfigError(f"{where}.{name}[{i}]: {v} is not one of space.{name} {list(allowed)}")
+        resolved[name] = tuple(sorted(set(chosen)))
+    phase = dataclasses.replace(phase, **resolved)
+    if phase.epochs < 1:
+        raise ConfigError(f"{where}.epochs: must be >= 1, got {phase.epochs}")
+    if phase.warmup_epochs < 0:
+        raise ConfigError(f"{where}.warmup_epochs: must be >= 0, got {phase.warmup_epochs}")
+    if phase.lr <= 0:
+        raise ConfigError(f"{where}.lr: must be positive, got {phase.lr}")
+    if phase.subnets_per_step < 1:
+        raise ConfigError(f"{where}.subnets_per_step: must be >= 1, got {phase.subnets_per_step}")
+    if phase.sandwich and phase.subnets_per_step < 2:
+        raise ConfigError(f"{where}.sandwich: needs subnets_per_step >= 2 (largest + smallest)")
+    return phase
+
+
+def _check_consistency(r: Recipe) -> None:
+    names = [p.name for p in r.phases]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"phases[{i}].name: {name!r} is used twice")
+    if r.data.image_size < max(r.space.resolutions):
+        raise ConfigError(f"data.image_size: {r.data.image_size} is smaller than the largest resolution "
+                          f"{max(r.space.resolutions)} (space.resolutions)")
+    if r.data.name == "digits" and (r.space.num_classes, r.space.in_channels) != (10, 1):
+        raise ConfigError("space.num_classes: digits has 10 classes of 1-channel images "
+                          "(space.num_classes: 10, space.in_channels: 1)")
+    if r.data.name == "synthetic":
+        syn = r.data.synthetic
+        if syn.num_classes != r.space.num_classes:
+            raise ConfigError(f"space.num_classes: {r.space.num_classes} but data.synthetic.num_classes is "
+                              f"{syn.num_classes}")
+        if syn.channels != r.space.in_channels:
+            raise ConfigError(f"space.in_channels: {r.space.in_channels} but data.synthetic.channels is "
+                              f"{syn.channels}")
+    micro = r.schedule.micro_batches
+    if micro < 1 or r.data.batch_size % micro:
+        raise ConfigError(f"schedule.micro_batches: {micro} must be >= 1 and divide data.batch_size "
+                          f"({r.data.batch_size})")
+    if r.optimizer.name == "sgd" and r.optimizer.nesterov and r.optimizer.momentum <= 0:
+        raise ConfigError("optimizer.nesterov: Nesterov momentum needs optimizer.momentum > 0")
+    if r.optimizer.grad_clip is not None and r.optimizer.grad_clip <= 0:
+        raise ConfigError(f"optimizer.grad_clip: must be positive or null, got {r.optimizer.grad_clip}")
+    if r.optimizer.lr_reference_batch is not None and r.optimizer.lr_reference_batch < 1:
+        raise ConfigError("optimizer.lr_reference_batch: must be a positive batch size or null")
+    if not 0 <= r.optimizer.label_smoothing < 1:
+        raise ConfigError(f"optimizer.label_smoothing: must be in [0, 1), got {r.optimizer.label_smoothing}")
+    if r.distill.ratio < 0 or r.distill.temperature <= 0:
+        raise ConfigError("distill.ratio: must be >= 0, and distill.temperature > 0")
+    if r.distill.teacher_phase is not None:
+        if r.distill.teacher_phase not in names:
+            raise ConfigError(f"distill.teacher_phase: {r.distill.teacher_phase!r} is not a phase name "
+                              f"({', '.join(names)})")
+        if r.distill.teacher != "full":
+            raise ConfigError("distill.teacher_phase: only used with distill.teacher: full")
+    if r.distill.teacher == "inplace":
+        for i, p in enumerate(r.phases):
+            multiple = p.largest(p.resolutions[0], r.space) != p.smallest(p.resolutions[0], r.space)
+            if multiple and p.subnets_per_step < 2:
+                raise ConfigError(f"phases[{i}].subnets_per_step: in-place distillation needs >= 2 (the largest "
+                                  "subnet teaches the others)")
+    if not 0 < r.noise_scale.ema <= 1:
+        raise ConfigError(f"noise_scale.ema: must be in (0, 1], got {r.noise_scale.ema}")
+    if r.eval.every < 0 or r.eval.calib_batches < 1:
+        raise ConfigError("eval.every: must be >= 0, and eval.calib_batches >= 1")
+    if r.checkpoint.every_steps < 0:
+        raise ConfigError(f"checkpoint.every_steps: must be >= 0, got {r.checkpoint.every_steps}")
+    if r.checkpoint.keep < 2:
+        raise ConfigError(f"checkpoint.keep: must be >= 2 (a damaged latest checkpoint needs a predecessor), "
+                          f"got {r.checkpoint.keep}")

@@ -1,0 +1,155 @@
+"""Datasets by name, deterministic splits and augmentation, sharded and resumable loaders."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from ofa.data import DataConfig, build_data, data_from_meta, make_loader, set_loader_epoch
+from ofa.errors import OFAError
+
+
+def _all(ds) -> tuple[torch.Tensor, torch.Tensor]:
+    xs, ys = zip(*(ds[i] for i in range(len(ds))))
+    return torch.stack(xs), torch.tensor(ys)
+
+
+def test_digits_splits_are_stratified_disjoint_and_normalized():
+    b = build_data({"name": "digits", "image_size": 16, "augment": "none"})
+    assert (len(b.train), len(b.val), len(b.test)) == (1293, 144, 360)
+    assert b.num_classes == 10 and b.class_names == [str(i) for i in range(10)] and b.in_channels == 1
+    ids = [set(s.indices.tolist()) for s in (b.train, b.val, b.test)]
+    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2]) and len(set.union(*ids)) == 1797
+    x, y = _all(b.train)
+    assert x.shape == (1293, 1, 16, 16) and x.dtype == torch.float32
+    assert abs(x.mean().item()) < 1e-3 and abs(x.std().item() - 1) < 1e-2  # normalized with train statistics
+    _, y_test = _all(b.test)
+    counts = torch.bincount(y_test, minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37  # 20% of each class (~180 images per class)
+
+
+def test_augmentation_is_seeded_per_epoch_and_train_only():
+    b = build_data({"name": "digits", "image_size": 16})
+    a0 = b.train[5][0]
+    assert torch.equal(a0, b.train[5][0])  # same epoch: same augmentation
+    b.train.set_epoch(1)
+    assert not torch.equal(a0, b.train[5][0])
+    rebuilt = build_data({"name": "digits", "image_size": 16})
+    assert torch.equal(a0, rebuilt.train[5][0])  # fresh process, same seed: same images
+    assert torch.equal(b.val[3][0], rebuilt.val[3][0])
+    plain = build_data({"name": "digits", "image_size": 16, "augment": "none"})
+    assert torch.equal(plain.test[0][0], b.test[0][0])  # evaluation images are never augmented
+    assert b.mean == plain.mean
+
+
+def test_synthetic_is_configurable_deterministic_and_learnable():
+    from sklearn.linear_model import LogisticRegression
+
+    cfg = {"name": "synthetic", "image_size": 12, "augment": "none",
+           "synthetic": {"train_size": 300, "test_size": 120, "num_classes": 5, "channels": 3}}
+    b = build_data(cfg)
+    assert (len(b.train) + len(b.val), len(b.test), b.num_classes, b.in_channels) == (300, 120, 5, 3)
+    x, y = _all(b.train)
+    assert x.shape[1:] == (3, 12, 12)
+    assert torch.equal(x, _all(build_data(cfg).train)[0])
+    xt, yt = _all(b.test)
+    clf = LogisticRegression(max_iter=500).fit(x.flatten(1).numpy(), y.numpy())
+    assert clf.score(xt.flatten(1).numpy(), yt.numpy()) > 0.9
+
+
+def test_ranks_together_see_the_single_process_global_batches():
+    ds = build_data({"name": "synthetic", "image_size": 8, "augment": "none"}).train
+    single = make_loader(ds, 12, shuffle=True, seed=3, drop_last=True).batch_sampler
+    ranks = [make_loader(ds, 6, shuffle=True, seed=3, drop_last=True, rank=r, world_size=2).batch_sampler
+             for r in range(2)]
+    for epoch in (0, 1):
+        single.set_epoch(epoch)
+        for s in ranks:
+            s.set_epoch(epoch)
+        glob = list(single)
+        assert len(glob) == len(ds) // 12 and all(len(b) == 12 for b in glob)
+        assert [a + b for a, b in zip(*(list(s) for s in ranks))] == glob
+    single.set_epoch(0)
+    first = list(single)
+    single.set_epoch(1)
+    assert list(single) != first  # a new order each epoch...
+    single.set_epoch(0, start_batch=3)
+    assert list(single) == first[3:] and len(single) == len(first) - 3  # ...and resumable mid-epoch
+
+
+def test_evaluation_shards_cover_every_image_once():
+    ds = build_data({"name": "synthetic", "image_size": 8, "augment": "none"}).test
+    seen = []
+    for r in range(3):
+        loader = make_loader(ds, 10, shuffle=False, seed=0, rank=r, world_size=3)
+        for _, y in loader:
+            seen.append(len(y))
+        seen_idx = [i for b in loader.batch_sampler for i in b]
+        assert len(set(seen_idx)) == len(seen_idx)
+    assert sum(seen) == len(ds)
+
+
+def test_loader_epoch_drives_augmentation_too():
+    b = build_data({"name": "synthetic", "image_size": 8, "synthetic": {"noise": 0.1}})
+    loader = make_loader(b.train, 8, shuffle=True, seed=0, drop_last=True)
+    set_loader_epoch(loader, 2)
+    x2 = next(iter(loader))[0]
+    set_loader_epoch(loader, 0)
+    x0 = next(iter(loader))[0]
+    set_loader_epoch(loader, 2)
+    assert torch.equal(next(iter(loader))[0], x2) and not torch.equal(x0, x2)
+
+
+def test_data_from_meta_rebuilds_the_same_splits():
+    cfg = DataConfig(name="digits", image_size=12)
+    b = build_data(cfg)
+    again = data_from_meta({"data": cfg.to_dict(), **b.meta()})
+    assert again.mean == b.mean and again.class_names == b.class_names and again.image_size == 12
+    assert torch.equal(_all(again.test)[0], _all(b.test)[0])
+    with pytest.raises(OFAError, match="no 'data' section"):
+        data_from_meta({"mean": [0.0]})
+
+
+def _write_idx(path, array: np.ndarray) -> None:
+    magic = 0x0800 | (0x03 if array.ndim == 3 else 0x01)
+    path.write_bytes(struct.pack(f">I{array.ndim}I", magic, *array.shape) + array.astype(np.uint8).tobytes())
+
+
+def test_torchvision_dataset_from_a_local_root(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 60), ("t10k", 20)):
+        _write_idx(raw / f"{prefix}-images-idx3-ubyte", rng.integers(0, 255, (n, 28, 28)))
+        _write_idx(raw / f"{prefix}-labels-idx1-ubyte", np.arange(n) % 10)
+    b = build_data({"name": "mnist", "root": str(tmp_path), "image_size": 16, "augment": "light"})
+    assert (len(b.train) + len(b.val), len(b.test)) == (60, 20)
+    assert b.in_channels == 1 and b.num_classes == 10 and b.class_names[0].startswith("0")
+    x, y = b.train[0]
+    assert x.shape == (1, 16, 16) and isinstance(y, int)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(OFAError, match=r"data\.root: cannot read mnist from .*empty \(nothing is downloaded\)"):
+        build_data({"name": "mnist", "root": str(empty)})
+
+
+def test_imagefolder_tree(tmp_path):
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 10), ("val", 3)):
+        for cls in ("cat", "dog"):
+            folder = tmp_path / split / cls
+            folder.mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    b = build_data({"name": "imagefolder", "root": str(tmp_path), "test_split": "val", "image_size": 16,
+                    "augment": "crop_flip", "val_fraction": 0.2})
+    assert (len(b.train), len(b.val), len(b.test)) == (16, 4, 6)
+    assert b.class_names == ["cat", "dog"] and b.in_channels == 3 and len(b.mean) == 3
+    assert b.train[0][0].shape == (3, 16, 16) and b.test[0][0].shape == (3, 16, 16)
+    with pytest.raises(OFAError, match=r"data\.test_split: .*test does not exist"):
+        build_data({"name": "imagefolder", "root": str(tmp_path), "test_split": "test"})

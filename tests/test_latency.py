@@ -1,0 +1,265 @@
+"""Latency tables: key enumeration, prediction, file format, mismatch errors, resumable build, check."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from ofa.cli import main
+from ofa.errors import OFAError
+from ofa.space import SearchSpace, StageSpec
+from ofa.subnet import count_params
+from search import lut_build, measure
+from search.latency import LatencyTable, space_from_arg
+from search.lut_build import build_table, calibration_archs, fit_correction
+from search.measure import LayerModules, Protocol, layer_specs, quiet_rounds, summarize, trimmed_stats
+
+FAST = Protocol(warmup=1, rounds=4, prime=1, calls=1, keep=0.5, trim=0.0)
+
+
+def small_space(**overrides) -> SearchSpace:
+    """Two stages (one with SE and hswish), two choices each: a build takes a few seconds."""
+    base = dict(
+        stages=(StageSpec(8, 2, False, "relu"), StageSpec(16, 1, True, "hswish")),
+        kernels=(3, 5), expands=(2, 3), depths=(1, 2), resolutions=(8, 12),
+        stem_width=8, stem_stride=1, first_width=8, final_expand_width=24, feature_width=32,
+        in_channels=1, num_classes=4, dropout=0.0,
+    )
+    base.update(overrides)
+    return SearchSpace(**base)
+
+
+def synthetic_table(space: SearchSpace, scale: float = 0.9, offset: float = 0.05) -> LatencyTable:
+    """Entries from a known per-layer cost, so every prediction can be checked by hand."""
+    entries = {
+        spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.001, "count": 10}
+        for r in space.resolutions for spec in layer_specs(space, r)
+    }
+    meta = {
+        "device": "test", "backend": "ort-cpu", "threads": 1, "batch": 1, "overhead_ms": 0.02,
+        "protocol": FAST.to_dict(), "space": space.to_dict(), "space_fingerprint": space.fingerprint(),
+        "correction": {"kind": "affine-per-resolution", "per_resolution": {
+            r: {"scale": scale, "offset": offset, "points": []} for r in space.resolutions}},
+    }
+    return LatencyTable(meta, entries)
+
+
+# ------------------------------------------------------------------------------------------ keys and modules
+def test_layer_specs_cover_every_layer_of_random_archs(space, rng):
+    keys = {spec.key for r in space.resolutions for spec in layer_specs(space, r)}
+    for _ in range(300):
+        arch = space.sample(rng)
+        missing = [layer.key for layer in space.layers(arch) if layer.key not in keys]
+        assert not missing
+    # per resolution: 4 fixed layers + per stage (first block, later blocks) x kernels x expands
+    per_res = 4 + space.num_stages * 2 * len(space.kernels) * len(space.expands)
+    assert len(keys) == len(space.resolutions) * per_res
+
+
+def test_layer_modules_are_the_subnet_layers(space):
+    """Each module has exactly the layer's parameters and output shape: it is the layer the subnet runs."""
+    modules = LayerModules(space)
+    for key, (spec, module) in modules.for_resolution(16).items():
+        assert count_params(module) == spec.params, key
+        with torch.no_grad():
+            out = module.eval()(torch.zeros(measure.input_shape(spec, 2)))
+        expected = (2, spec.out_c) if spec.kind == "head" else (2, spec.out_c, spec.out_hw, spec.out_hw)
+        assert tuple(out.shape) == expected, key
+
+
+# ------------------------------------------------------------------------------------------ prediction
+def test_predict_is_corrected_sum_and_matches_predict_batch(space, rng):
+    table = synthetic_table(space, scale=0.9, offset=0.05)
+    rows = space.sample_genes(500, rng)
+    batch = table.predict_batch(rows)
+    for row, value in zip(rows[:50], batch[:50]):
+        arch = space.decode(row)
+        by_hand = 0.9 * (0.02 + sum(1e-6 * layer.macs + 0.01 for layer in space.layers(arch))) + 0.05
+        assert table.predict(arch) == pytest.approx(by_hand, rel=1e-12)
+        assert value == pytest.approx(by_hand, rel=1e-12)
+        assert table.predict_raw(arch) == pytest.approx((by_hand - 0.05) / 0.9, rel=1e-12)
+    assert table.predict_batch(space.sample_genes(100_000, rng)).shape == (100_000,)
+
+
+def test_save_load_round_trip(tmp_path, space, rng):
+    table = synthetic_table(space)
+    path = table.save(tmp_path / "t.yaml")
+    loaded = LatencyTable.load(path)
+    rows = space.sample_genes(100, rng)
+    np.testing.assert_allclose(loaded.predict_batch(rows), table.predict_batch(rows))
+    assert loaded.space == space
+    entry_lines = [line for line in path.read_text().splitlines() if "mean_ms" in line]
+    assert len(entry_lines) == len(table.entries)  # one line per entry
+    assert space_from_arg(str(path)) == space
+
+
+def test_for_space_restricts_resolutions(space):
+    table = synthetic_table(replace(space, resolutions=(12, 16)))
+    bound = table.for_space(space)  # the space also has 20 px, which the table never measured
+    assert bound.space.resolutions == (12, 16)
+    with pytest.raises(OFAError, match="none of which"):
+        table.for_space(replace(space, resolutions=(24,)))
+
+
+# ------------------------------------------------------------------------------------------ mismatch errors
+def test_missing_entry_is_named(space):
+    table = synthetic_table(space)
+    key = next(k for k in table.entries if k.startswith("mbconv:"))
+    entries = {k: v for k, v in table.entries.items() if k != key}
+    with pytest.raises(OFAError, match=key.replace("=", ".")):
+        LatencyTable(table.meta, entries)
+
+
+def test_other_widths_or_resolution_name_the_missing_key(space):
+    table = synthetic_table(space)
+    wider = replace(space, stages=(StageSpec(24, 2, False, "relu"), *space.stages[1:]))
+    with pytest.raises(OFAError, match=r"no entry for layer mbconv:in=\d+x\d+x8:out=24"):
+        table.bind(wider)
+    with pytest.raises(OFAError, match=r"no entry for layer stem:in=24x24x3"):
+        table.bind(replace(space, resolutions=(24,)))
+    with pytest.raises(OFAError, match="resolution: 24"):
+        table.predict(replace(space.max_arch(), resolution=24))
+
+
+def test_bad_table_files(tmp_path, space):
+    table = synthetic_table(space)
+    doc = {"format": "ofa-latency-table", "meta": dict(table.meta), "entries": dict(table.entries)}
+    cases = {
+        "fingerprint": ({**doc, "meta": {**doc["meta"], "space_fingerprint": "0" * 16}}, "edited by hand"),
+        "value": ({**doc, "entries": {**doc["entries"], next(iter(doc["entries"])): {"mean_ms": "x"}}},
+                  r"entries\['stem:.*mean_ms: expected a number"),
+        "meta": ({**doc, "meta": {k: v for k, v in doc["meta"].items() if k != "overhead_ms"}},
+                 "meta.overhead_ms is missing"),
+        "unfinished": ({**doc, "meta": {**doc["meta"], "complete": False, "resolutions_done": [12]}},
+                       "unfinished table"),
+        "not a table": ({"entries": {}}, "not a latency table"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(content))
+        with pytest.raises(OFAError, match=message):
+            LatencyTable.load(path)
+    with pytest.raises(OFAError, match="not found"):
+        LatencyTable.load(tmp_path / "missing.yaml")
+
+
+# ------------------------------------------------------------------------------------------ protocol
+def test_quiet_rounds_drop_busy_rounds_for_every_model():
+    rng = np.random.default_rng(0)
+    base = np.array([0.1, 1.0, 10.0])[:, None]
+    busy = rng.random(40) < 0.4  # 40% of rounds: the whole machine 1.5x slower
+    samples = base * np.where(busy, 1.5, 1.0)[None, :] * (1 + 0.01 * rng.standard_normal((3, 40)))
+    kept = quiet_rounds(samples, 0.5)
+    assert not busy[kept].any()
+    stats = summarize({"a": samples[0], "b": samples[1], "c": samples[2]}, Protocol(keep=0.5, trim=0.1))
+    np.testing.assert_allclose([stats[n]["mean_ms"] for n in "abc"], base[:, 0], rtol=0.02)
+    assert trimmed_stats([1.0] * 8 + [100.0, 0.0], 0.1)["mean_ms"] == pytest.approx(1.0)
+
+
+def test_fit_correction_recovers_an_affine_map():
+    raw = np.linspace(1.0, 5.0, 10)
+    assert fit_correction(raw, 0.8 * raw + 0.3) == pytest.approx((0.8, 0.3))
+    assert fit_correction([2.0, 2.0], [1.0, 1.0]) == pytest.approx((0.5, 0.0))  # no spread: scale only
+
+
+def test_calibration_archs_span_the_range(space):
+    archs = calibration_archs(space, 16, 6, seed=0)
+    assert archs[:2] == [space.min_arch(16), space.max_arch(16)] and len(set(archs)) == 6
+    assert archs == calibration_archs(space, 16, 6, seed=0)
+
+
+def test_measure_onnx_times_an_exported_model(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+    path = measure.export_onnx(model, (1, 3, 16, 16), tmp_path / "m.onnx")
+    stats = measure.measure_onnx(path, (1, 3, 16, 16), repeats=6, warmup=1)
+    assert stats["mean_ms"] > 0 and stats["count"] == 3
+    with pytest.raises(OFAError, match="not found"):
+        measure.measure_onnx(tmp_path / "nope.onnx", (1, 3, 16, 16))
+    with pytest.raises(OFAError, match="onnxruntime backend"):
+        measure.measure_onnx(path, (1, 3, 16, 16), backend="torch-cpu")
+
+
+# ------------------------------------------------------------------------------------------ build
+def test_build_is_resumable_and_never_remeasures(tmp_path, monkeypatch):
+    space, out = small_space(), tmp_path / "t.yaml"
+
+    def interrupt(resolution):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build_table(space, out, protocol=FAST, calibrate=3, progress=False, on_resolution_done=interrupt)
+    first = yaml.safe_load(out.read_text())
+    assert first["meta"]["resolutions_done"] == [8] and first["meta"]["complete"] is False
+    with pytest.raises(OFAError, match="unfinished"):
+        LatencyTable.load(out)
+
+    measured = []
+    original = lut_build._measure_resolution
+    monkeypatch.setattr(lut_build, "_measure_resolution",
+                        lambda sp, r, *a, **k: (measured.append(r), original(sp, r, *a, **k)))
+    table = build_table(space, out, protocol=FAST, calibrate=3, progress=False)
+    assert measured == [12]
+    assert all(table.entries[k] == v for k, v in first["entries"].items())  # 8 px entries kept as they were
+    assert table.meta["complete"] and sorted(table.meta["correction"]["per_resolution"]) == [8, 12]
+    assert len(table.calibration_archs()) == 6 and table.meta["overhead_ms"] > 0
+    arch = space.max_arch(12)
+    scale, offset = table.correction(12)
+    assert table.predict(arch) == pytest.approx(scale * table.predict_raw(arch) + offset)
+
+    build_table(space, out, protocol=FAST, calibrate=3, progress=False)  # complete: nothing measured
+    assert measured == [12]
+    with pytest.raises(OFAError, match="threads=1, this build asks 2"):
+        build_table(space, out, protocol=FAST, calibrate=3, threads=2, progress=False)
+
+
+def test_torch_cpu_backend_builds_without_overhead(tmp_path):
+    table = build_table(small_space(resolutions=(8,)), tmp_path / "t.yaml", backend="torch-cpu", protocol=FAST,
+                        calibrate=0, progress=False)
+    assert table.meta["runtime"] == "torch" and table.meta["overhead_ms"] == 0.0
+    assert table.correction(8) == (1.0, 0.0)
+    assert table.predict(table.space.max_arch()) > table.predict(table.space.min_arch())
+
+
+# ------------------------------------------------------------------------------------------ CLI end to end
+def test_cli_build_then_check(tmp_path, capsys):
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump({"space": small_space().to_dict()}))
+    table_path, out = tmp_path / "tiny.yaml", tmp_path / "check"
+    assert main(["lut", "build", "--space", str(space_file), "--out", str(table_path), "--repeats", "4",
+                 "--warmup", "1", "--calibrate", "3", "--quiet"]) == 0
+    meta = LatencyTable.load(table_path).meta
+    assert meta["command"].startswith("ofa lut build --space") and meta["complete"]
+    assert meta["protocol"]["rounds"] == 4 and meta["clock"] == "thread-cpu-time"
+    capsys.readouterr()
+    assert main(["lut", "check", str(table_path), "--space", str(space_file), "--n", "4", "--repeats", "4",
+                 "--out", str(out), "--json", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["n"] == 8 and set(summary["per_resolution"]) == {"8", "12"}
+    assert {"mape", "within_10pct", "spearman"} <= set(summary) and summary["mape"] >= 0
+    rows = [json.loads(line) for line in (out / "check.jsonl").read_text().splitlines()]
+    calibration = {json.dumps(a.to_dict()) for a in LatencyTable.load(table_path).calibration_archs()}
+    assert len(rows) == 8 and not {json.dumps(r["arch"]) for r in rows} & calibration
+    assert (out / "check.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    cases = [
+        (["lut", "check", str(tmp_path / "missing.yaml")], "latency table not found"),
+        (["lut", "build", "--space", "mbv3", "--out", str(tmp_path / "t.yaml"), "--backend", "tpu"],
+         "unknown backend 'tpu'"),
+        (["lut", "build", "--space", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "t.yaml")],
+         "space not found"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["lut", "build", "--space", "mbv3", "--out", str(tmp_path / "t.yaml"), "--backend",
+                       "torch-cuda"], "needs a CUDA GPU"))
+    for argv, message in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1 and err.startswith("ofa lut: error:")
+    assert not (tmp_path / "t.yaml").exists()
