@@ -40,8 +40,7 @@ from ofa.supernet import OFAMobileNetV3
 
 INPUT_NAME, OUTPUT_NAME = "input", "logits"
 DEFAULT_OPSET = 17
-# 13 is the oldest opset whose every op here onnxruntime optimises; 20 is the newest the TorchScript
-# exporter writes.
+# 13: per-channel INT8 (DequantizeLinear's axis) needs it; 20: the newest the TorchScript exporter writes.
 MIN_OPSET, MAX_OPSET = 13, 20
 PARITY_ATOL = 1e-4
 META_PREFIX = "ofa."
@@ -125,15 +124,20 @@ def check_arch(space: SearchSpace, arch: Any, source: str = "arch") -> Arch:
                        "(pick a subnet, e.g. the arch.json written by `ofa search`)")
     if not isinstance(arch, Arch):
         raise OFAError(f"{source}: expected an Arch, got {type(arch).__name__}")
-    fingerprint = arch.extra.get("space_fingerprint")
-    if fingerprint is not None and fingerprint != space.fingerprint():
-        raise OFAError(f"{source}: arch was searched in space {fingerprint}, but the supernet's space is "
-                       f"{space.fingerprint()} (a checkpoint of another space?)")
     try:
-        return space.validate(arch, source)
+        space.validate(arch, source)
     except SpaceError as exc:
         raise SpaceError(f"{exc} (the arch does not fit the supernet's space {space.fingerprint()}: "
                          "a checkpoint of another space?)") from None
+    # `ofa search` records the arch's MACs and params in its space: an arch of the same shape taken
+    # from a space with other widths fits `validate` but not these counts.
+    for name, count in (("macs", space.macs), ("params", space.params)):
+        recorded = arch.extra.get(name)
+        if isinstance(recorded, int | float) and abs(recorded - count(arch)) > 0.5:
+            raise OFAError(f"{source}: {name} {recorded:g} was recorded by the search, but this arch has "
+                           f"{count(arch)} {name} in the supernet's space {space.fingerprint()}: the arch was "
+                           "searched for a checkpoint of another space")
+    return arch
 
 
 def load_arch_file(path: str | Path) -> Arch:
@@ -173,6 +177,8 @@ class OrtModel:
     def __init__(self, model: onnx.ModelProto | str | Path) -> None:
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only: optimizer notes would clutter the command's output
+        # Idle worker threads sleep instead of spinning: on a shared CPU spinning threads starve the others.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
         self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         spec = self.session.get_inputs()[0]
@@ -394,18 +400,18 @@ def export_subnet(net: OFAMobileNetV3, arch: Arch, out_path: str | Path, *, data
         _check_table(table, space, arch)
     table_batch = int((getattr(table, "meta", None) or {}).get("batch", 1))
     mean, std, class_names = _meta_defaults(net, data)
+    eval_split = _eval_split(data) if data is not None else None
 
+    # 1. the static subnet, BN recalibrated; 2. ONNX, checked; 3. parity, else nothing is written.
     model = net.extract(arch).eval()
     bn_batches = 0
     if data is not None and calib_batches > 0:
         calib = _loader(data.train, batch_size, shuffle=True, seed=seed)
         bn_batches = recalibrate_bn(model, calib, calib_batches, resolution=arch.resolution)
         model.eval()
-
     proto = to_onnx(model, space.in_channels, arch.resolution, opset, None if dynamic_batch else table_batch)
     check_onnx(proto)
     runner = OrtModel(proto)
-    eval_split = _eval_split(data) if data is not None else None
     real = torch.zeros(0, space.in_channels, arch.resolution, arch.resolution)
     if eval_split is not None and parity_images > 0:
         real = torch.cat([x for x, _ in _images(_loader(eval_split, batch_size, False, seed), arch.resolution,
@@ -431,18 +437,19 @@ def export_subnet(net: OFAMobileNetV3, arch: Arch, out_path: str | Path, *, data
         result.predicted_latency_ms = float(table.predict(arch))
         result.table = str(getattr(table, "source", None) or result.table or "")
 
+    # 4. accuracy on the test split; 5. INT8; 6. latency of both, side by side.
     fp32_preds = None
     if eval_split is not None:
         result.top1_fp32, fp32_preds = onnx_accuracy(runner, _loader(eval_split, batch_size, False, seed),
                                                      arch.resolution, progress, "fp32 accuracy")
         result.test_images = len(fp32_preds)
-
-    int8_proto = None
+    int8_proto, calibration_images = None, 0
     if int8:
         from ofa.quantize import quantize_int8
 
         calibration = _calibration_batches(data.train, runner.batch or batch_size, calib_batches * batch_size,
                                            arch.resolution, seed)
+        calibration_images = sum(len(b) for b in calibration)
         int8_proto = quantize_int8(proto, calibration)
         check_onnx(int8_proto, "INT8 model")
         result.int8_path = out.with_suffix(".int8.onnx")
@@ -450,15 +457,14 @@ def export_subnet(net: OFAMobileNetV3, arch: Arch, out_path: str | Path, *, data
             result.top1_int8, int8_preds = onnx_accuracy(OrtModel(int8_proto), _loader(eval_split, batch_size, False,
                                                          seed), arch.resolution, progress, "int8 accuracy")
             result.int8_top1_agreement = float((int8_preds == fp32_preds).mean())
-
     if latency:
         models = {"fp32": proto, **({"int8": int8_proto} if int8_proto is not None else {})}
         shape = (table_batch, space.in_channels, arch.resolution, arch.resolution)
         measured = measure_latencies(models, model, shape, table)
-        result.latency_fp32 = measured["fp32"]
-        result.latency_int8 = measured.get("int8")
+        result.latency_fp32, result.latency_int8 = measured["fp32"], measured.get("int8")
         result.extra["latency"] = {name: asdict(lat) for name, lat in measured.items()}
 
+    # 7. metadata into the models, then every file at once.
     values = {
         "supernet_sha256": result.supernet_sha256, "predicted_top1": result.predicted_top1,
         "predicted_latency_ms": result.predicted_latency_ms, "latency_table": result.table,
@@ -466,14 +472,13 @@ def export_subnet(net: OFAMobileNetV3, arch: Arch, out_path: str | Path, *, data
         "top1_fp32": result.top1_fp32, "latency_ms_fp32": result.latency_fp32 and result.latency_fp32.mean_ms,
         "parity_max_abs_diff": parity.max_abs_diff, "opset": opset,
     }
-    set_metadata(proto, build_metadata(space, arch, mean=mean, std=std, class_names=class_names, values=values))
+    set_metadata(proto, build_metadata(space, arch, mean=mean, std=std, class_names=class_names,
+                                       values={**values, "precision": "fp32"}))
     if int8_proto is not None:
-        int8_values = {**values, "precision": "int8 (QDQ, static, per-channel weights)",
-                       "top1_int8": result.top1_int8,
-                       "latency_ms_int8": result.latency_int8 and result.latency_int8.mean_ms,
-                       "int8_calibration_images": sum(len(b) for b in calibration)}
-        set_metadata(int8_proto, build_metadata(space, arch, mean=mean, std=std, class_names=class_names,
-                                                values=int8_values))
+        set_metadata(int8_proto, build_metadata(space, arch, mean=mean, std=std, class_names=class_names, values={
+            **values, "precision": "int8 (QDQ, static, uint8 activations, per-channel int8 weights)",
+            "top1_int8": result.top1_int8, "latency_ms_int8": result.latency_int8 and result.latency_int8.mean_ms,
+            "int8_calibration_images": calibration_images}))
     subnet_meta = {"mean": mean, "std": std, "class_names": class_names, "supernet_sha256": result.supernet_sha256,
                    "bn_recalibration_batches": bn_batches, "top1": result.top1_fp32,
                    "space_fingerprint": space.fingerprint()}

@@ -24,7 +24,7 @@ def _pct(value: float | None) -> str:
 def _ms(latency: Latency | None) -> str:
     if latency is None:
         return "not measured"
-    return (f"{latency.mean_ms:.3f} ± {latency.std_ms:.3f} ms (batch {latency.batch}, {latency.threads} thread(s), "
+    return (f"{latency.mean_ms:.3g} ± {latency.std_ms:.2g} ms (batch {latency.batch}, {latency.threads} thread(s), "
             f"{latency.samples} timed rounds, {latency.source})")
 
 
@@ -63,6 +63,8 @@ def render_model_card(result: ExportResult, space: SearchSpace, *, mean: Any, st
     if result.int8_path is not None:
         lines.append(f"| latency, INT8 (measured) | {_ms(result.latency_int8)} |")
     predicted = "n/a" if result.predicted_latency_ms is None else f"{result.predicted_latency_ms:.3f} ms"
+    if isinstance(arch.extra.get("target_ms"), int | float):
+        predicted += f" for a target {arch.extra['target_ms']:g} ms"
     lines += [
         f"| latency, predicted by table | {predicted}{f' (`{result.table}`)' if result.table else ''} |",
         f"| parity vs PyTorch | max abs logit diff {result.parity.max_abs_diff:.2e} on "

@@ -361,7 +361,7 @@ def runtime_info(backend: str) -> dict[str, str]:
 
         runtime, version = "onnxruntime", ort.__version__
     else:
-        runtime, version = "torch", torch.__version__
+        runtime, version = "torch", str(torch.__version__)
     cpu = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():

@@ -24,7 +24,7 @@ def test_digits_splits_are_stratified_disjoint_and_normalized():
     assert b.num_classes == 10 and b.class_names == [str(i) for i in range(10)] and b.in_channels == 1
     ids = [set(s.indices.tolist()) for s in (b.train, b.val, b.test)]
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2]) and len(set.union(*ids)) == 1797
-    x, y = _all(b.train)
+    x, _ = _all(b.train)
     assert x.shape == (1293, 1, 16, 16) and x.dtype == torch.float32
     assert abs(x.mean().item()) < 1e-3 and abs(x.std().item() - 1) < 1e-2  # normalized with train statistics
     _, y_test = _all(b.test)

@@ -40,6 +40,16 @@ def fake_data(space, n_train=256, n_test=96, size=20, seed=0) -> SimpleNamespace
                            std=[0.25] * space.in_channels, in_channels=space.in_channels, image_size=size)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiny models on a shared 2-core machine: a second OpenMP thread only spins (the brief training
+    below took 109 s with 2 threads under load and 6 s with 1)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def net() -> OFAMobileNetV3:
     return perturb(OFAMobileNetV3(tiny_space()), seed=3).eval()
@@ -101,7 +111,9 @@ def test_parity_for_archs_resolutions_and_batch(net, data, tmp_path, which, reso
 
 
 def test_metadata_round_trip_and_files(net, data, ckpt, tmp_path):
-    arch = net.space.sample(11).with_extra(predicted_top1=71.5, latency_ms=3.25, lut="tables/x.yaml")
+    base = net.space.sample(11)  # extras as `ofa search` writes them
+    arch = base.with_extra(predicted_top1=71.5, latency_ms=3.25, lut="tables/x.yaml", target_ms=3.5,
+                           macs=net.space.macs(base), params=net.space.params(base))
     out = tmp_path / "deploy" / "model.onnx"
     r = export_subnet(net, arch, out, data=data, calib_batches=2, batch_size=32, checkpoint=ckpt, latency=False)
     meta = read_metadata(out)
@@ -129,6 +141,7 @@ def test_metadata_round_trip_and_files(net, data, ckpt, tmp_path):
     assert summary["arch"] == arch.to_dict() and summary["parity"]["ok"] is True
     card = r.card_path.read_text()
     for needle in (arch.short(), f"{r.macs:,}", f"{r.params:,}", f"{r.top1_fp32:.2f}%", "71.50%", "3.250 ms",
+                   "target 3.5 ms",
                    file_sha256(ckpt), "class0, class1"):
         assert needle in card
     assert sorted(p.name for p in out.parent.iterdir()) == ["model.export.json", "model.md", "model.onnx", "model.pt"]
@@ -182,12 +195,17 @@ def test_cli_errors(net, ckpt, tmp_path, capsys):
     corrupt.write_bytes(ckpt.read_bytes()[:3000])
     bad_arch = tmp_path / "bad.json"
     bad_arch.write_text(json.dumps({**net.space.sample(1).to_dict(), "resolution": 24}))
+    wider = tiny_space(final_expand_width=96)  # same arch shape, other widths
+    foreign = wider.sample(1).with_extra(macs=wider.macs(wider.sample(1)), params=wider.params(wider.sample(1)))
+    foreign_arch = foreign.save(tmp_path / "foreign.json")
     out = str(tmp_path / "m.onnx")
     cases = {
         "the supernet itself is not exported": ["--supernet", str(ckpt), "--out", out],
         "this is a PyTorch checkpoint, not an arch JSON": ["--supernet", str(ckpt), "--arch", str(ckpt), "--out", out],
         "resolution: 24 is not one of": ["--supernet", str(ckpt), "--arch", str(bad_arch), "--out", out],
         "does not fit the supernet's space": ["--supernet", str(other), "--arch", str(arch_path), "--out", out],
+        "searched for a checkpoint of another space": ["--supernet", str(ckpt), "--arch", str(foreign_arch),
+                                                       "--out", out],
         "corrupt.pt: not a readable supernet checkpoint": ["--supernet", str(corrupt), "--arch", str(arch_path),
                                                            "--out", out],
         "opset 9 is not supported": ["--supernet", str(ckpt), "--arch", str(arch_path), "--out", out, "--opset", "9"],
@@ -202,19 +220,20 @@ def test_cli_errors(net, ckpt, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2, message
         assert err[-1].startswith("ofa export: error:") and message in err[-1], (message, err)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["arch.json", "bad.json", "corrupt.pt", "other.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["arch.json", "bad.json", "corrupt.pt", "foreign.json",
+                                                          "other.pt"]
     with pytest.raises(Exception, match="supernet itself is not exported"):
         export_subnet(net, None, tmp_path / "x.onnx")
 
 
-def synthetic_table(space, batch: int = 1):
+def synthetic_table(space, batch: int = 1, backend: str = "ort-cpu"):
     """A latency table for ``space`` with made-up entries (a MAC-proportional cost) and a short protocol."""
     from search.latency import LatencyTable
     from search.measure import layer_specs
 
     entries = {spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.0, "count": 1}
                for r in space.resolutions for spec in layer_specs(space, r)}
-    meta = {"device": "test-cpu", "backend": "ort-cpu", "threads": 1, "batch": batch, "overhead_ms": 0.02,
+    meta = {"device": "test-cpu", "backend": backend, "threads": 1, "batch": batch, "overhead_ms": 0.02,
             "space": space.to_dict(), "space_fingerprint": space.fingerprint(),
             "protocol": {"warmup": 2, "rounds": 5, "calls": 2, "trim": 0.0}}
     return LatencyTable(meta, entries, source="synthetic.yaml")
@@ -248,6 +267,11 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
     assert meta["latency_table"] == str(table_path)
     assert meta["predicted_latency_ms"] == pytest.approx(table.predict(arch))
     assert read_metadata(tmp_path / "c.int8.onnx")["precision"].startswith("int8")
+
+    # A table of the torch backend times the static PyTorch model (what it predicts), the ONNX file beside it.
+    r = export_subnet(net, arch, tmp_path / "t.onnx", table=synthetic_table(net.space, backend="torch-cpu"))
+    assert r.latency_fp32.source == "table protocol, torch-cpu" and r.latency_fp32.mean_ms > 0
+    assert r.extra["latency"]["fp32 (onnx)"]["source"] == "table protocol, ort-cpu"
 
     other = synthetic_table(tiny_space(num_classes=7))
     with pytest.raises(Exception, match="table was measured for space"):

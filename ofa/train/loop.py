@@ -299,6 +299,7 @@ class Trainer:
             self.metrics.write({"kind": "phase", "phase": phase.name, "phase_index": p, "step": self.global_step,
                                 "elapsed_s": self.elapsed, "noise_scale": noise})
             self.plot()
+        self._tick()  # evaluation time counts in the run's elapsed time, not in the next epoch's
         self.phase, self.epoch, self.step = (p + 1, 0, 0) if last else (p, epoch + 1, 0)
         self.epoch_loss, self.epoch_steps, self.epoch_seconds = 0.0, 0, 0.0
         self.save_checkpoint()

@@ -1,0 +1,42 @@
+"""``ofa pipeline RECIPE``: the whole chain, from recipe to verified ONNX models, resumable."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "pipeline", help="train → latency table → predictor → search → export, in one command",
+        description="Train the supernet, reuse (or build) this machine's latency table, measure and fit the "
+                    "accuracy predictor, search one subnet per latency target and export each to ONNX with a "
+                    "parity check and a latency measurement. Rerunning continues where it stopped: stages whose "
+                    "outputs exist and match their inputs are skipped.")
+    p.add_argument("recipe", type=Path, help="recipe YAML, e.g. recipes/digits.yaml")
+    p.add_argument("--out", type=Path, help="run folder (default: runs/RECIPE_NAME)")
+    p.add_argument("--targets-ms", type=float, nargs="+", metavar="MS",
+                   help="latency budgets (default: four spread between the smallest and largest subnet)")
+    p.add_argument("--subnets", type=int, default=150, metavar="N",
+                   help="subnets measured for the accuracy predictor (default 150)")
+    p.add_argument("--lut", type=Path, metavar="TABLE", help="latency table to use instead of a shipped/built one")
+    p.add_argument("--int8", action="store_true", help="also export INT8 models and report their accuracy")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe value, e.g. --set schedule.seed=1 (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="seed of subnet sampling, search and export")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ofa.errors import OFAError
+    from ofa.pipeline import Pipeline, PipelineConfig
+
+    if args.subnets < 10:
+        raise OFAError(f"--subnets must be at least 10 (the predictor holds out 20%), got {args.subnets}")
+    if args.targets_ms and min(args.targets_ms) <= 0:
+        raise OFAError(f"--targets-ms must be positive, got {args.targets_ms}")
+    out = args.out or Path("runs") / args.recipe.stem
+    cfg = PipelineConfig(recipe=args.recipe, out=out, overrides=args.overrides, targets_ms=args.targets_ms,
+                         subnets=args.subnets, lut=args.lut, int8=args.int8, seed=args.seed)
+    Pipeline(cfg).run()
+    return 0
