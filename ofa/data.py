@@ -401,11 +401,17 @@ class ShardedBatchSampler(Sampler[list[int]]):
 
 
 def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False,
-                num_workers: int = 0, rank: int = 0, world_size: int = 1, pin_memory: bool = False) -> DataLoader:
-    """A DataLoader whose order depends only on (seed, epoch) and which holds this rank's shard."""
+                num_workers: int = 0, rank: int = 0, world_size: int = 1, pin_memory: bool = False,
+                persistent_workers: bool = False) -> DataLoader:
+    """A DataLoader whose order depends only on (seed, epoch) and which holds this rank's shard.
+
+    ``persistent_workers`` keeps worker processes between passes (evaluation loaders); workers
+    hold a copy of the dataset, so only use it where the augmentation epoch never changes.
+    """
     sampler = ShardedBatchSampler(len(dataset), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                                   rank=rank, world_size=world_size)
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, pin_memory=pin_memory)
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
+                      persistent_workers=persistent_workers and num_workers > 0)
 
 
 def set_loader_epoch(loader: DataLoader, epoch: int, start_batch: int = 0) -> None:

@@ -39,7 +39,9 @@ def evaluate(model: nn.Module, loader: Iterable, resolution: int | None = None,
     finally:
         model.train(was_training)
     if sync and dist.is_available() and dist.is_initialized():
+        totals = totals.to(device)  # NCCL reduces only CUDA tensors
         dist.all_reduce(totals)
+        totals = totals.cpu()
     correct, loss, count = totals.tolist()
     count = max(count, 1.0)
     return {"top1": 100.0 * correct / count, "loss": loss / count, "count": int(totals[2].item())}

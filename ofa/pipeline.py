@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ofa.errors import OFAError
 from ofa.io import read_json, read_yaml, write_json, write_text
 
@@ -27,7 +29,8 @@ class PipelineConfig:
     out: Path
     overrides: list[str] = field(default_factory=list)
     targets_ms: list[float] | None = None
-    subnets: int = 150
+    subnets: int = 100
+    calib_batches: int = 8
     lut: Path | None = None
     int8: bool = False
     seed: int = 0
@@ -84,7 +87,7 @@ class Pipeline:
     def train(self) -> Path:
         from ofa.train import load_recipe
 
-        recipe = load_recipe(self.cfg.recipe, self.cfg.overrides).to_dict()
+        recipe = yaml.safe_load(yaml.safe_dump(load_recipe(self.cfg.recipe, self.cfg.overrides).to_dict()))
         supernet = self.out / "supernet.pt"
         stored = self.out / "recipe.yaml"
         if stored.is_file() and read_yaml(stored, "resolved recipe") != recipe:
@@ -122,10 +125,11 @@ class Pipeline:
 
     def predictor(self, supernet: Path) -> Path:
         acc, predictor = self.out / "acc.jsonl", self.out / "predictor.pt"
-        key = digest(sha256(supernet), self.cfg.subnets, self.cfg.seed)
+        key = digest(sha256(supernet), self.cfg.subnets, self.cfg.calib_batches, self.cfg.seed)
         if not self.done("collect", key, acc):
             self.verb("collect", ["predictor", "collect", supernet, "--n", self.cfg.subnets, "--out", acc,
-                                  "--seed", self.cfg.seed, "--repeat-split"])
+                                  "--calib-batches", self.cfg.calib_batches, "--seed", self.cfg.seed,
+                                  "--repeat-split"])
             self.mark("collect", key)
         key = digest(sha256(acc), self.cfg.seed)
         if not self.done("fit", key, predictor):

@@ -80,6 +80,23 @@ class Limit:
     label: str
 
 
+class SubsetPredictor:
+    """Scores gene rows of ``sub`` with a predictor of ``full``, where ``sub`` is ``full`` with only
+    some of its resolutions (those a latency table measured): only the resolution index differs."""
+
+    def __init__(self, predictor: RowModel, full: SearchSpace, sub: SearchSpace) -> None:
+        if not set(sub.resolutions) <= set(full.resolutions) or \
+                {**sub.to_dict(), "resolutions": list(full.resolutions)} != full.to_dict():
+            raise OFAError(f"space {sub.fingerprint()} is not space {full.fingerprint()} with fewer resolutions")
+        self.predictor = predictor
+        self.resolution_index = np.array([full.resolutions.index(r) for r in sub.resolutions])
+
+    def predict_batch(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.array(rows, dtype=np.int64, ndmin=2)
+        rows[:, 0] = self.resolution_index[rows[:, 0]]
+        return self.predictor.predict_batch(rows)
+
+
 def dense_of(cost: RowModel) -> DenseCost | None:
     """The dense table behind a cost model, if it has one (DenseCost, LatencyTable)."""
     if isinstance(cost, DenseCost):
@@ -335,8 +352,9 @@ def run_search(space: SearchSpace, predictor: RowModel, latency: RowModel, targe
                config: EvolutionConfig | None = None, progress: bool = False) -> SearchResult:
     """Most accurate subnet (by ``predictor``) per latency budget, under optional MACs/params caps.
 
-    ``latency`` maps gene rows to ms (a LatencyTable or DenseCost). Each budget's search is seeded
-    from (seed, budget), so adding a budget leaves the others' answers unchanged.
+    ``latency`` maps gene rows to ms (a LatencyTable or DenseCost). Each budget runs its own
+    search, seeded from (seed, budget); its answer is the best subnet that any of the searches
+    evaluated within that budget (a larger budget's search often finds small subnets too).
     """
     config = config or EvolutionConfig()
     targets = list(dict.fromkeys(float(t) for t in targets_ms))
@@ -351,16 +369,12 @@ def run_search(space: SearchSpace, predictor: RowModel, latency: RowModel, targe
 
     from tqdm import tqdm
 
-    results, seen_rows, seen_top1 = [], [], []
+    histories, seen_rows, seen_top1 = [], [], []
     bar = tqdm(total=len(targets) * config.generations, desc="search", unit="gen", disable=not progress)
     for target, limits in zip(targets, per_target):
         rng = np.random.default_rng([seed, round(target * 1e6)])
         evo = evolve(space, predictor, limits, config, rng, on_generation=lambda g, best: bar.update())
-        row = evo.best_row[None]
-        arch = space.decode(evo.best_row).with_extra(
-            predicted_top1=evo.best_top1, latency_ms=float(latency.predict_batch(row)[0]),
-            macs=int(macs.predict_batch(row)[0]), params=int(params.predict_batch(row)[0]))
-        results.append(TargetResult(target, arch, evo.history, evo.seconds))
+        histories.append((evo.history, evo.seconds))
         seen_rows.append(evo.rows)
         seen_top1.append(evo.top1)
     bar.close()
@@ -368,8 +382,18 @@ def run_search(space: SearchSpace, predictor: RowModel, latency: RowModel, targe
     rows = canonical_rows(space, np.concatenate(seen_rows))
     first = unique_rows(rows)
     rows, top1 = rows[first], np.concatenate(seen_top1)[first]
-    lat = np.asarray(latency.predict_batch(rows), dtype=np.float64)
-    front = ParetoFront.from_evaluated(space, rows, top1, lat, macs.predict_batch(rows), params.predict_batch(rows))
+    costs = {"latency_ms": np.asarray(latency.predict_batch(rows), dtype=np.float64),
+             "macs": macs.predict_batch(rows), "params": params.predict_batch(rows)}
+    results = []
+    for target, limits, (history, seconds) in zip(targets, per_target, histories):
+        # every budget takes the best subnet any of the searches met within it (its own search's at least)
+        ok = np.logical_and.reduce([costs[lim.name] <= lim.value for lim in limits])
+        i = int(np.flatnonzero(ok)[np.argmax(top1[ok])])
+        arch = space.decode(rows[i]).with_extra(
+            predicted_top1=float(top1[i]), latency_ms=float(costs["latency_ms"][i]), macs=int(costs["macs"][i]),
+            params=int(costs["params"][i]))
+        results.append(TargetResult(target, arch, history, seconds))
+    front = ParetoFront.from_evaluated(space, rows, top1, costs["latency_ms"], costs["macs"], costs["params"])
     sample = np.random.default_rng(seed).permutation(len(rows))[:CLOUD_POINTS]
-    return SearchResult(space, results, front, (lat[sample], top1[sample]), config, seed, max_macs, max_params,
-                        evaluated=len(rows))
+    return SearchResult(space, results, front, (costs["latency_ms"][sample], top1[sample]), config, seed, max_macs,
+                        max_params, evaluated=len(rows))

@@ -136,6 +136,11 @@ class LatencyTable:
         return [Arch.from_dict(p["arch"], f"{self.source}: meta.correction")
                 for fit in per_res.values() for p in fit.get("points", [])]
 
+    def probes(self, resolution: int) -> list[tuple[Arch, float]]:
+        """Drift probes (subnet, ms when the table was built): re-timed by a check to see the machine drift."""
+        points = (self.meta.get("probes") or {}).get(resolution) or []
+        return [(Arch.from_dict(p["arch"], f"{self.source}: meta.probes"), float(p["measured_ms"])) for p in points]
+
     def describe(self) -> str:
         m = self.meta
         return (f"{m.get('device', '?')} / {m['backend']} {m.get('runtime_version', '')} / {m['threads']} thread(s) "

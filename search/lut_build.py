@@ -26,6 +26,7 @@ from search import measure
 from search.latency import LatencyTable, save_table
 from search.measure import LayerModules, Protocol
 
+PROBES = 3  # drift probe subnets per resolution
 # settings that must match for a build to resume an existing file
 RESUME_KEYS = ("backend", "threads", "batch", "dtype", "space_fingerprint", "protocol", "calibration_subnets",
                "seed")
@@ -40,6 +41,24 @@ def calibration_archs(space: SearchSpace, resolution: int, n: int, seed: int) ->
     while len(archs) < n:
         arch = space.sample(rng, resolutions=[resolution])
         if arch not in archs:
+            archs.append(arch)
+    return archs
+
+
+def probe_archs(space: SearchSpace, resolution: int, n: int, seed: int, exclude: Sequence[Arch] = ()) -> list[Arch]:
+    """Fixed subnets timed with the table and again by ``ofa lut check``: how much the machine drifted.
+
+    The middle choice everywhere plus random ones; never calibration subnets, never judged by a check.
+    """
+    mid = [c[len(c) // 2] for c in (space.depths, space.kernels, space.expands)]
+    archs = [Arch(resolution, (mid[0],) * space.num_stages, (mid[1],) * space.num_slots, (mid[2],) * space.num_slots)]
+    archs = [a for a in archs if a not in exclude][:n]
+    rng = np.random.default_rng([seed, resolution, 1])
+    for _ in range(100 * n):
+        if len(archs) >= n:
+            break
+        arch = space.sample(rng, resolutions=[resolution])
+        if arch not in exclude and arch not in archs:
             archs.append(arch)
     return archs
 
@@ -59,7 +78,7 @@ def build_table(space: SearchSpace, out: str | Path, *, backend: str = "ort-cpu"
                 device: str | None = None, command: str = "", progress: bool = True,
                 on_resolution_done: Callable[[int], None] | None = None) -> LatencyTable:
     """Measure (or resume measuring) a latency table for ``space`` and write it to ``out``."""
-    measure._check_backend(backend)
+    measure.check_backend(backend)
     if threads < 1 or batch < 1:
         raise OFAError(f"--threads and --batch must be positive, got threads={threads}, batch={batch}")
     if calibrate == 1 or calibrate < 0:
@@ -114,6 +133,7 @@ def _new_meta(space: SearchSpace, backend: str, threads: int, batch: int, protoc
         "correction": {"kind": "affine-per-resolution" if calibrate else "none",
                        "formula": "predicted = scale * (overhead_ms + sum of entries) + offset",
                        "per_resolution": {}},
+        "probes": {},
         "resolutions_done": [],
         "complete": False,
     }
@@ -140,13 +160,18 @@ def _measure_resolution(space: SearchSpace, r: int, modules: LayerModules, meta:
     for key, (spec, module) in tqdm(layers.items(), desc=f"export r={r}", disable=not progress, leave=False):
         runners[key] = measure.make_runner(backend, module, measure.input_shape(spec, batch), threads)
     archs = calibration_archs(space, r, calibrate, meta["seed"])
+    probes = probe_archs(space, r, PROBES, meta["seed"], exclude=archs)
     subnets = measure.subnet_runners(space, archs, backend, batch, threads)
+    probe_runners = {f"<probe>{k}": v for k, v in measure.subnet_runners(space, probes, backend, batch,
+                                                                          threads).items()}
     if meta["overhead_ms"] is None and backend.startswith("ort"):
         runners["<empty>"] = measure.OrtRunner(measure.empty_onnx(batch), (batch, 1), threads,
                                                "cuda" if backend.endswith("cuda") else "cpu")
-    with tqdm(total=protocol.rounds, desc=f"time r={r} ({len(runners) + len(subnets)} models)",
-              disable=not progress) as bar:
-        stats = measure.time_interleaved({**runners, **subnets}, protocol, bar.update)
+    models = {**runners, **subnets, **probe_runners}
+    with tqdm(total=protocol.rounds, desc=f"time r={r} ({len(models)} models)", disable=not progress) as bar:
+        stats = measure.time_interleaved(models, protocol, bar.update)
+    meta.setdefault("probes", {})[r] = [{"arch": a.to_dict(), "measured_ms": round(stats[name]["mean_ms"], 6)}
+                                        for a, name in zip(probes, probe_runners)]
     if meta["overhead_ms"] is None:
         meta["overhead_ms"] = round(float(stats.pop("<empty>")["mean_ms"]), 6) if "<empty>" in stats else 0.0
     overhead = meta["overhead_ms"]

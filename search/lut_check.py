@@ -3,6 +3,11 @@
 Random subnets (never the table's calibration subnets) are built as timm models, exported to the table's
 backend and timed side by side in interleaved rounds; predicted and measured latencies are compared per
 resolution and overall (MAPE, share within ±10%, Spearman rank correlation).
+
+On a shared machine the speed of the whole machine drifts between the build and the check (other
+processes compete for cache and memory bandwidth). The table's drift probes, fixed subnets timed with the
+table, are timed again in the same rounds; their median ratio now/then is reported as ``machine_drift``,
+with the errors after dividing it out (``drift_adjusted``) beside the raw ones, which stay the verdict.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ class CheckResult:
 def sample_check_archs(table: LatencyTable, resolutions: Sequence[int], n: int, seed: int) -> list[Arch]:
     """``n`` distinct random subnets per resolution, none of them a calibration subnet of the table."""
     space = table.space
-    excluded = set(table.calibration_archs())
+    excluded = set(table.calibration_archs()) | {a for r in resolutions for a, _ in table.probes(r)}
     rng = np.random.default_rng([seed, 7919])
     archs: list[Arch] = []
     for r in resolutions:
@@ -68,26 +73,40 @@ def check_table(table: LatencyTable, *, n: int = 50, resolutions: Sequence[int] 
         raise OFAError(f"--n: need at least 1 subnet, got {n}")
     meta = table.meta
     backend = meta["backend"]
-    measure._check_backend(backend)
+    measure.check_backend(backend)
     protocol = protocol or Protocol.from_dict(meta["protocol"], f"{table.source}: meta.protocol")
     resolutions = list(resolutions or table.space.resolutions)
     archs = sample_check_archs(table, resolutions, n, seed)
+    probes = [(a, then) for r in resolutions for a, then in table.probes(r)]
     runners = measure.subnet_runners(table.space, tqdm(archs, desc="export subnets", disable=not progress,
                                                        leave=False), backend, meta["batch"], meta["threads"])
-    with tqdm(total=protocol.rounds, desc=f"time {len(runners)} subnets", disable=not progress) as bar:
-        stats = measure.time_interleaved(runners, protocol, bar.update)
+    probe_runners = measure.subnet_runners(table.space, [a for a, _ in probes], backend, meta["batch"],
+                                           meta["threads"])
+    with tqdm(total=protocol.rounds, desc=f"time {len(runners) + len(probe_runners)} subnets",
+              disable=not progress) as bar:
+        stats = measure.time_interleaved({**runners, **{f"<probe>{k}": v for k, v in probe_runners.items()}},
+                                         protocol, bar.update)
+    drift = {}
+    for r in resolutions:
+        ratios = [stats[f"<probe>{name}"]["mean_ms"] / then
+                  for name, (a, then) in zip(probe_runners, probes) if a.resolution == r]
+        drift[r] = float(np.median(ratios)) if ratios else 1.0
     rows = []
     for name, arch in zip(runners, archs):
         predicted, measured = table.predict(arch), stats[name]["mean_ms"]
         rows.append({"resolution": arch.resolution, "arch": arch.to_dict(), "predicted_ms": round(predicted, 4),
                      "measured_ms": round(measured, 4), "std_ms": round(stats[name]["std_ms"], 4),
                      "error_pct": round((predicted / measured - 1) * 100, 3)})
-    summary: dict[str, Any] = summarize_errors([r["predicted_ms"] for r in rows], [r["measured_ms"] for r in rows])
-    summary["per_resolution"] = {
-        r: summarize_errors([x["predicted_ms"] for x in rows if x["resolution"] == r],
-                            [x["measured_ms"] for x in rows if x["resolution"] == r])
-        for r in resolutions
-    }
+    def judge(selected: list[dict[str, Any]]) -> dict[str, Any]:
+        out = summarize_errors([x["predicted_ms"] for x in selected], [x["measured_ms"] for x in selected])
+        adjusted = summarize_errors([x["predicted_ms"] for x in selected],
+                                    [x["measured_ms"] / drift[x["resolution"]] for x in selected])
+        out["drift_adjusted"] = {k: adjusted[k] for k in ("mape", "within_10pct", "max_abs_error_pct")}
+        return out
+
+    summary: dict[str, Any] = judge(rows)
+    summary["per_resolution"] = {r: {**judge([x for x in rows if x["resolution"] == r]),
+                                     "machine_drift": round(drift[r], 4)} for r in resolutions}
     summary["protocol"] = protocol.to_dict()
     return CheckResult(rows, summary)
 

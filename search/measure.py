@@ -5,7 +5,7 @@ minute later). So every model to compare is kept loaded and timed in shuffled, i
 round times every model once, so slow phases of the machine hit all models alike instead of a few. A
 sample is taken warm (``prime`` untimed calls first, then ``calls`` timed ones averaged): that is the
 steady state of a model run in a loop, and it does not depend on which models ran before it (timed cold,
-small models looked up to 2x faster next to small layers than next to whole subnets). Other processes on
+it did: the same small subnets timed differently next to layers than next to other subnets). Other processes on
 the neighbouring core slow networks whose weights spill out of the private cache by up to 1.5x, layers
 much less, so the rounds the machine was busiest in are dropped as a whole (``keep``), and a model's
 latency is the trimmed mean over the remaining rounds.
@@ -135,7 +135,8 @@ def clock_name(protocol: Protocol, device: str, threads: int) -> str:
     return "thread-cpu-time" if runner.clock(protocol) is time.thread_time_ns else "wall"
 
 
-def _check_backend(backend: str) -> None:
+def check_backend(backend: str) -> None:
+    """Refuse an unknown backend, or a CUDA one on a machine without a GPU, with one clear line."""
     if backend not in BACKENDS:
         raise OFAError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     if backend.endswith("cuda"):
@@ -180,7 +181,11 @@ class OrtRunner(Runner):
         self.binding.bind_ortvalue_input(inputs[0].name, self._input)
         for out in self.session.get_outputs():
             self.binding.bind_output(out.name, device)
-        self.session.run_with_iobinding(self.binding)  # first call allocates the bound outputs
+        try:
+            self.session.run_with_iobinding(self.binding)  # first call allocates the bound outputs
+        except Exception as exc:  # e.g. an input shape the model does not take
+            raise OFAError(f"model does not run on input of shape {list(input_shape)}: "
+                           f"{str(exc).splitlines()[0]}") from None
         outputs = self.binding.get_outputs()
         for out, value in zip(self.session.get_outputs(), outputs):
             self.binding.bind_ortvalue_output(out.name, value)
@@ -402,7 +407,7 @@ def measure_onnx_many(models: Mapping[str, tuple[str | Path | bytes, Sequence[in
     """Time several ONNX models side by side in interleaved rounds: name -> ``{mean_ms, std_ms, count}``."""
     if backend not in ("ort-cpu", "ort-cuda"):
         raise OFAError(f"measure_onnx needs an onnxruntime backend (ort-cpu or ort-cuda), got {backend!r}")
-    _check_backend(backend)
+    check_backend(backend)
     if protocol is None:
         protocol = Protocol(warmup=warmup, rounds=repeats, calls=calls, trim=trim)
     elif not isinstance(protocol, Protocol):

@@ -104,6 +104,17 @@ def test_loader_epoch_drives_augmentation_too():
     assert torch.equal(next(iter(loader))[0], x2) and not torch.equal(x0, x2)
 
 
+def test_worker_processes_do_not_change_the_images():
+    b = build_data({"name": "synthetic", "image_size": 8})
+    batches = {}
+    for workers in (0, 2):
+        loader = make_loader(b.train, 16, shuffle=True, seed=1, drop_last=True, num_workers=workers)
+        set_loader_epoch(loader, 3, start_batch=1)
+        batches[workers] = [x for x, _ in loader]
+    assert len(batches[0]) == len(b.train) // 16 - 1
+    assert all(torch.equal(a, c) for a, c in zip(batches[0], batches[2]))
+
+
 def test_data_from_meta_rebuilds_the_same_splits():
     cfg = DataConfig(name="digits", image_size=12)
     b = build_data(cfg)

@@ -45,7 +45,7 @@ def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path):
     torch.manual_seed(0)  # the recipe's seed: the initial weights
     init = OFAMobileNetV3(load_recipe(TINY).space).state_dict()
     moved = max((b["state_dict"][k] - init[k]).abs().max().item() for k in params)
-    assert worst < 1e-4, f"largest weight difference {worst}"
+    assert worst < 1e-5, f"largest weight difference {worst}"
     assert moved > 1e-2  # the comparison is not vacuous: training moved the weights a lot more than that
 
     rows = [json.loads(line) for line in (dist_out / "metrics.jsonl").read_text().splitlines()]

@@ -180,6 +180,8 @@ def test_measure_onnx_times_an_exported_model(tmp_path):
     assert stats["mean_ms"] > 0 and stats["count"] == 3
     with pytest.raises(OFAError, match="not found"):
         measure.measure_onnx(tmp_path / "nope.onnx", (1, 3, 16, 16))
+    with pytest.raises(OFAError, match=r"input of shape \[1, 3, 9\]"):
+        measure.measure_onnx(path, (1, 3, 9))
     with pytest.raises(OFAError, match="onnxruntime backend"):
         measure.measure_onnx(path, (1, 3, 16, 16), backend="torch-cpu")
 
@@ -240,10 +242,14 @@ def test_cli_build_then_check(tmp_path, capsys):
                  "--out", str(out), "--json", "--quiet"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 8 and set(summary["per_resolution"]) == {"8", "12"}
+    assert all(s["machine_drift"] > 0 for s in summary["per_resolution"].values())
     assert {"mape", "within_10pct", "spearman"} <= set(summary) and summary["mape"] >= 0
     rows = [json.loads(line) for line in (out / "check.jsonl").read_text().splitlines()]
-    calibration = {json.dumps(a.to_dict()) for a in LatencyTable.load(table_path).calibration_archs()}
-    assert len(rows) == 8 and not {json.dumps(r["arch"]) for r in rows} & calibration
+    table = LatencyTable.load(table_path)
+    reserved = {json.dumps(a.to_dict()) for a in table.calibration_archs()}
+    reserved |= {json.dumps(a.to_dict()) for r in (8, 12) for a, _ in table.probes(r)}
+    assert len(table.probes(8)) == lut_build.PROBES and len(reserved) == 2 * (3 + lut_build.PROBES)
+    assert len(rows) == 8 and not {json.dumps(r["arch"]) for r in rows} & reserved
     assert (out / "check.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -14,7 +14,7 @@ from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator, grad
 TINY = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def one_thread():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

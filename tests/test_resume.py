@@ -25,7 +25,7 @@ TINY = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"
 OVERRIDES = ["checkpoint.every_steps=2"]
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def one_thread():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -36,13 +36,8 @@ def one_thread():
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     """An uninterrupted run."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        out = tmp_path_factory.mktemp("reference") / "run"
-        train(load_recipe(TINY, OVERRIDES), out)
-    finally:
-        torch.set_num_threads(threads)
+    out = tmp_path_factory.mktemp("reference") / "run"
+    train(load_recipe(TINY, OVERRIDES), out)
     return out
 
 

@@ -21,7 +21,7 @@ from ofa.train.sampling import eval_subnets, step_subnets
 TINY = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """Tiny networks: one thread is faster and immune to other processes on a shared machine."""
     threads = torch.get_num_threads()
@@ -123,15 +123,17 @@ def test_lr_schedule_and_weight_decay_groups():
         == "AdamW"
 
 
-def test_inplace_distillation_with_adamw(tmp_path):
+def test_inplace_distillation_adamw_clipping_and_periodic_eval(tmp_path):
     recipe = load_recipe(TINY, ["distill.teacher=inplace", "optimizer.name=adamw", "phases.full.lr=0.01",
-                                "phases.depth.lr=0.005", "phases.expand.lr=0.005", "phases.full.epochs=1",
-                                "schedule.micro_batches=1", "checkpoint.every_steps=0"])
+                                "phases.depth.lr=0.005", "phases.expand.lr=0.005", "phases.expand.epochs=2",
+                                "optimizer.grad_clip=0.5", "eval.every=1", "schedule.micro_batches=1",
+                                "checkpoint.every_steps=0"])
     path = train(recipe, tmp_path / "run")
     assert OFAMobileNetV3.load(path).meta["recipe"]["distill"]["teacher"] == "inplace"
     epochs = _rows(tmp_path / "run", "epoch")
     assert all(r["noise_scale"] is None for r in epochs)  # one micro-batch, one process: nothing to compare
     assert all(math.isfinite(r["loss"]) for r in epochs)
+    assert len(_rows(tmp_path / "run", "eval")) == len(epochs) == 5  # every epoch, not only at phase ends
 
 
 def test_divergence_stops_with_a_clear_message_and_keeps_the_last_checkpoint(tmp_path):

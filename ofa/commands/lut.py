@@ -93,8 +93,11 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"{row['resolution']:>4} {row['predicted_ms']:>8.3f}ms {row['measured_ms']:>8.3f}ms "
               f"{row['error_pct']:>+7.2f}%  {Arch.from_dict(row['arch']).short()}")
     for name, s in [("all", result.summary), *result.summary["per_resolution"].items()]:
+        adj = s["drift_adjusted"]
+        drift = f"  machine now x{s['machine_drift']:.3f} of build time" if "machine_drift" in s else ""
         print(f"{name!s:>4}: n={s['n']} MAPE {s['mape']:.2f}%  within ±10% {s['within_10pct']:.1f}%  "
-              f"Spearman {s['spearman']:.4f}  max error {s['max_abs_error_pct']:.1f}%")
+              f"Spearman {s['spearman']:.4f}  max error {s['max_abs_error_pct']:.1f}%{drift}  "
+              f"(drift-adjusted: MAPE {adj['mape']:.2f}%, within ±10% {adj['within_10pct']:.1f}%)")
     print(f"wrote {out / 'check.jsonl'}, {out / 'summary.json'}, {plot}")
     if args.json:
         print(json.dumps(summary))

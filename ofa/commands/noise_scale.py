@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     recipe = load_recipe(args.recipe, args.overrides)
     result = measure_noise_scale(recipe, args.steps, args.phase, args.run, args.accumulate)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
+        return 0
     if args.json:
         print(json.dumps(result))
         return 0

@@ -17,8 +17,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="run folder (default: runs/RECIPE_NAME)")
     p.add_argument("--targets-ms", type=float, nargs="+", metavar="MS",
                    help="latency budgets (default: four spread between the smallest and largest subnet)")
-    p.add_argument("--subnets", type=int, default=150, metavar="N",
-                   help="subnets measured for the accuracy predictor (default 150)")
+    p.add_argument("--subnets", type=int, default=100, metavar="N",
+                   help="subnets measured for the accuracy predictor (default 100)")
+    p.add_argument("--calib-batches", type=int, default=8, metavar="N",
+                   help="BN recalibration batches per measured subnet (default 8)")
     p.add_argument("--lut", type=Path, metavar="TABLE", help="latency table to use instead of a shipped/built one")
     p.add_argument("--int8", action="store_true", help="also export INT8 models and report their accuracy")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -33,10 +35,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.subnets < 10:
         raise OFAError(f"--subnets must be at least 10 (the predictor holds out 20%), got {args.subnets}")
+    if args.calib_batches < 1:
+        raise OFAError(f"--calib-batches must be at least 1, got {args.calib_batches}")
     if args.targets_ms and min(args.targets_ms) <= 0:
         raise OFAError(f"--targets-ms must be positive, got {args.targets_ms}")
     out = args.out or Path("runs") / args.recipe.stem
     cfg = PipelineConfig(recipe=args.recipe, out=out, overrides=args.overrides, targets_ms=args.targets_ms,
-                         subnets=args.subnets, lut=args.lut, int8=args.int8, seed=args.seed)
+                         subnets=args.subnets, calib_batches=args.calib_batches, lut=args.lut, int8=args.int8,
+                         seed=args.seed)
     Pipeline(cfg).run()
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 from pathlib import Path
 
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
@@ -63,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ofa.supernet import OFAMobileNetV3
-    from search.evolution import EvolutionConfig, run_search
+    from search.evolution import EvolutionConfig, SubsetPredictor, run_search
     from search.latency import LatencyTable
     from search.predictor import AccuracyPredictor
 
@@ -72,8 +73,13 @@ def run(args: argparse.Namespace) -> int:
     space = OFAMobileNetV3.load(args.supernet).space
     predictor = AccuracyPredictor.load(args.predictor)
     predictor.check_space(space, f"the supernet {args.supernet}")
-    table = LatencyTable.load(args.lut, space=space)
-    result = run_search(space, predictor, table, args.latency_ms, max_macs=args.max_macs,
+    table = LatencyTable.load(args.lut).for_space(space)
+    scorer = predictor
+    if table.space.resolutions != space.resolutions:
+        print(f"note: {args.lut} measured resolutions {list(table.space.resolutions)} of the supernet's "
+              f"{list(space.resolutions)}: searching those", file=sys.stderr)
+        scorer = SubsetPredictor(predictor, space, table.space)
+    result = run_search(table.space, scorer, table, args.latency_ms, max_macs=args.max_macs,
                         max_params=args.max_params, seed=args.seed, config=config, progress=True)
     result.meta.update(supernet=str(args.supernet), predictor=str(args.predictor), device=table.describe())
     out = Path(args.out) if args.out else Path(args.predictor).parent / "search"

@@ -49,9 +49,12 @@ def train(recipe: Recipe, out_dir: str | Path, resume: bool = False) -> Path:
     Under ``torchrun`` this process is one data-parallel rank. ``resume`` continues from the
     newest checkpoint in ``out_dir/checkpoints`` (starting afresh if there is none).
     """
+    out = Path(out_dir)
+    if not resume and (CheckpointStore(out / "checkpoints").paths() or (out / "supernet.pt").exists()):
+        raise OFAError(f"{out}: already holds a training run; pass --resume to continue it or choose another --out")
     env = init_distributed(recipe.device)
     try:
-        return Trainer(recipe, out_dir, env).run(resume)
+        return Trainer(recipe, out, env).run(resume)
     finally:
         shutdown(env)
 
@@ -108,9 +111,13 @@ class Trainer:
         shard = {"num_workers": d.num_workers, "rank": env.rank, "world_size": env.world_size, "pin_memory": cuda}
         self.train_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=recipe.seed,
                                         drop_last=True, **shard)
-        self.calib_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=recipe.seed + 1, **shard)
-        self.val_loader = make_loader(self.data.val, d.eval_batch_size, shuffle=False, seed=0, **shard)
-        self.test_loader = make_loader(self.data.test, d.eval_batch_size, shuffle=False, seed=0, **shard)
+        # Calibration always uses the augmentation of epoch 0, so its workers can persist.
+        self.calib_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=recipe.seed + 1,
+                                        persistent_workers=True, **shard)
+        self.val_loader = make_loader(self.data.val, d.eval_batch_size, shuffle=False, seed=0,
+                                      persistent_workers=True, **shard)
+        self.test_loader = make_loader(self.data.test, d.eval_batch_size, shuffle=False, seed=0,
+                                       persistent_workers=True, **shard)
         self.steps_per_epoch = len(self.train_loader)
         self.global_batch = d.batch_size * env.world_size
         if self.steps_per_epoch == 0:
@@ -151,17 +158,13 @@ class Trainer:
         return self._finish()
 
     def _open_run_dir(self, resume: bool) -> None:
-        existing = self.store.paths()
-        if not resume and (existing or (self.out / "supernet.pt").exists()):
-            raise OFAError(f"{self.out}: already holds a training run; pass --resume to continue it "
-                           "or choose another --out")
         state = None
         if resume:
             if self.env.is_main:
                 self.store.remove_partial_writes()
             state = self.store.load_latest()
-            self.log(f"resuming from {existing[-1]}" if state else f"no checkpoint in {self.store.folder}: "
-                     "starting from scratch")
+            self.log(f"resuming from {self.store.paths()[-1]}" if state
+                     else f"no checkpoint in {self.store.folder}: starting from scratch")
         if state is not None:
             self.load_state(state)
         else:
@@ -218,23 +221,27 @@ class Trainer:
                                             device=self.device), self.env) / self.env.world_size
         loss = float(stats[0])
         if not math.isfinite(loss):
-            paths = self.store.paths() if self.out is not None else []
             raise OFAError(f"loss became {loss} in phase {phase.name!r}, epoch {epoch + 1}, step {step + 1}: stopped; "
-                           f"last good checkpoint: {paths[-1] if paths else 'none yet'}. Lower phases[{p}].lr or set "
-                           "optimizer.grad_clip")
+                           f"{self._last_good()}. Lower phases[{p}].lr or set optimizer.grad_clip")
         average_gradients(self.params, self.env)
-        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
-        if norms is not None:
-            big = grad_sq_norm(self.params, 1.0 / scale)
-            if math.isfinite(big) and math.isfinite(float(stats[1])):
-                b_small = x.shape[0] // self.micro_batches
-                self.noise.update(float(stats[1]), big, b_small, b_small * self.micro_batches * self.env.world_size)
-        if r.optimizer.grad_clip is not None:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.params, r.optimizer.grad_clip)
+        self.scaler.unscale_(self.optimizer)  # no-op unless fp16 loss scaling is on
+        # The norm before clipping (nothing is clipped without optimizer.grad_clip).
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, r.optimizer.grad_clip or math.inf))
+        if not math.isfinite(grad_norm) and not self.scaler.is_enabled():  # fp16 overflow: the scaler skips it
+            raise OFAError(f"gradients became {grad_norm} in phase {phase.name!r}, epoch {epoch + 1}, step {step + 1}:"
+                           f" stopped before applying them; {self._last_good()}. Lower phases[{p}].lr or set "
+                           "optimizer.grad_clip")
+        if norms is not None and math.isfinite(grad_norm) and math.isfinite(float(stats[1])):
+            b_small = x.shape[0] // self.micro_batches
+            self.noise.update(float(stats[1]), grad_norm**2, b_small,
+                              b_small * self.micro_batches * self.env.world_size)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss
+
+    def _last_good(self) -> str:
+        paths = self.store.paths() if self.out is not None else []
+        return f"last good checkpoint: {paths[-1] if paths else 'none yet'}"
 
     def accumulate_gradients(self, archs: list[Arch], x: torch.Tensor, y: torch.Tensor, micro_batches: int,
                              measure_noise: bool) -> tuple[float, MicroBatchGradNorms | None]:

@@ -38,15 +38,16 @@ def plot_training_curves(metrics_path: str | Path, png_path: str | Path) -> Path
     x = [r["global_epoch"] for r in epochs]
     ax_loss.plot(x, [r["loss"] for r in epochs], marker=".")
     ax_loss.set(title="training loss (mean over subnets)", xlabel="epoch", ylabel="loss")
-    names: list[str] = []
-    for r in evals:
-        names += [n for n in r["subnets"] if n not in names]
-    for name in names:
-        pts = [(r["global_epoch"], r["subnets"][name]["top1"]) for r in evals if name in r["subnets"]]
-        ax_acc.plot(*zip(*pts), marker="o", ms=3, lw=1, label=name)
-    ax_acc.set(title="validation top-1 of evaluated subnets (BN recalibrated)", xlabel="epoch", ylabel="top-1 (%)")
-    if names:
-        ax_acc.legend(fontsize=6, ncol=2)
+    if evals:
+        # Each evaluation lists the phase's largest subnet first and its smallest last.
+        ex = [r["global_epoch"] for r in evals]
+        accs = [[v["top1"] for v in r["subnets"].values()] for r in evals]
+        ax_acc.fill_between(ex, [min(a) for a in accs], [max(a) for a in accs], alpha=0.2, label="range over subnets")
+        ax_acc.plot(ex, [a[0] for a in accs], marker="o", ms=3, label="largest of the phase")
+        ax_acc.plot(ex, [a[-1] for a in accs], marker="o", ms=3, label="smallest of the phase")
+        ax_acc.plot(ex, [sum(a) / len(a) for a in accs], ls="--", lw=1, label="mean over evaluated subnets")
+        ax_acc.legend(fontsize=7)
+    ax_acc.set(title="validation top-1 (BN recalibrated)", xlabel="epoch", ylabel="top-1 (%)")
     ax_lr.plot(x, [r["lr"] for r in epochs], marker=".")
     ax_lr.set(title="learning rate (end of epoch)", xlabel="epoch", ylabel="lr")
     noise = [(r["global_epoch"], r["noise_scale"]["b_simple"]) for r in epochs
@@ -60,7 +61,8 @@ def plot_training_curves(metrics_path: str | Path, png_path: str | Path) -> Path
     for ax in axes.flat:
         for name, start in starts.items():
             ax.axvline(start, color="grey", ls="--", lw=0.7)
-            ax.text(start, 1.0, f" {name}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="grey")
+            ax.text(start, 0.98, f" {name}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="grey",
+                    rotation=90)
     fig.tight_layout()
     out = atomic_write(png_path, lambda p: fig.savefig(p, dpi=100, format="png"))
     plt.close(fig)

@@ -1,0 +1,95 @@
+"""End to end: recipe → supernet → table → predictor → search → ONNX, and resume skips finished stages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ofa.cli import main
+from ofa.io import read_yaml
+from ofa.pipeline import Pipeline, PipelineConfig, find_shipped_table
+from ofa.space import SearchSpace
+from search.lut_build import build_table
+from search.measure import Protocol
+
+RECIPE = Path(__file__).parent / "recipes" / "tiny.yaml"
+FAST = Protocol(warmup=1, rounds=4, prime=1, calls=1, keep=0.5, trim=0.0)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run(cfg: PipelineConfig) -> tuple[dict, list[list[str]], list[str]]:
+    calls: list[list[str]] = []
+    lines: list[str] = []
+
+    def verb(argv: list[str]) -> int:
+        calls.append(argv)
+        return main(argv)
+
+    return Pipeline(cfg, run_verb=verb, log=lines.append).run(), calls, lines
+
+
+def test_pipeline_end_to_end_and_resume(tmp_path, one_thread):
+    space = SearchSpace.from_dict(read_yaml(RECIPE)["space"])
+    table = tmp_path / "table.yaml"
+    build_table(space, table, protocol=FAST, calibrate=3, progress=False)
+    out = tmp_path / "run"
+    cfg = PipelineConfig(recipe=RECIPE, out=out, subnets=12, lut=table)
+
+    summary, calls, _ = run(cfg)
+    assert [c[0] for c in calls] == ["train", "predictor", "predictor", "search"] + ["export"] * 4
+    for name in ("supernet.pt", "recipe.yaml", "metrics.jsonl", "acc.jsonl", "predictor.pt", "search/search.json",
+                 "search/pareto.png", "search/pareto.json", "summary.md", "summary.json", "pipeline.json"):
+        assert (out / name).is_file(), name
+    assert any(p.endswith(".png") and "curve" in p for p in summary["plots"])  # training curves
+    rows = summary["rows"]
+    assert len(rows) == 4
+    targets = [r["target_ms"] for r in rows]
+    assert targets == sorted(targets) and len(set(targets)) == 4
+    for r in rows:
+        assert Path(r["onnx"]).is_file()
+        assert Path(r["onnx"]).with_suffix(".pt").is_file() and Path(r["onnx"]).with_suffix(".md").is_file()
+        assert r["predicted_ms"] <= r["target_ms"] + 1e-9
+        assert 0 <= r["test_top1"] <= 100 and r["measured_ms"] > 0 and r["macs"] > 0
+    assert "| target ms |" in (out / "summary.md").read_text()
+
+    # Rerun: everything is up to date, no verb runs, same summary.
+    again, calls, lines = run(cfg)
+    assert calls == []
+    assert sum("up to date" in line for line in lines) == 8
+    assert again["rows"] == rows
+
+    # An interrupted export (its outputs gone) is the only stage redone.
+    victim = Path(rows[1]["onnx"])
+    victim.unlink()
+    _, calls, _ = run(cfg)
+    assert calls == [c for c in calls if c[0] == "export"] and len(calls) == 1
+    assert victim.is_file()
+
+    # A changed recipe is refused instead of mixing two runs in one folder.
+    changed = PipelineConfig(recipe=RECIPE, out=out, subnets=12, lut=table, overrides=["phases.full.epochs=3"])
+    with pytest.raises(Exception, match="holds a run of a different recipe"):
+        run(changed)
+    assert json.loads((out / "pipeline.json").read_text())["train"]
+
+
+def test_pipeline_cli_rejects_bad_flags(tmp_path, capsys):
+    assert main(["pipeline", str(RECIPE), "--out", str(tmp_path / "x"), "--subnets", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--subnets must be at least 10" in err[0]
+    assert main(["pipeline", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "y")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_no_shipped_table_for_an_unmeasured_space():
+    space = SearchSpace.from_dict(read_yaml(RECIPE)["space"])
+    assert find_shipped_table(space) is None
