@@ -98,13 +98,16 @@ def run(args: argparse.Namespace) -> dict:
     space = recipe.space
     results = {}
     subnets = {"smallest": space.min_arch(), "middle": middle_arch(space, recipe.seed), "largest": space.max_arch()}
+    ps = {}
     for name, arch in subnets.items():
-        ps = evaluate_arch(net, arch, calib, test, recipe.eval.calib_batches)["top1"]
+        set_loader_epoch(calib, 0)  # BN calibration images as the trainer's evaluations use them
+        ps[name] = evaluate_arch(net, arch, calib, test, recipe.eval.calib_batches)["top1"]
+    for name, arch in subnets.items():
         t0 = time.perf_counter()
         model = train_from_scratch(recipe, arch, data, epochs, f"scratch {name}")
         scratch = evaluate(model, test, arch.resolution)["top1"]
         results[name] = {"arch": arch.to_dict(), "params": space.params(arch), "macs": space.macs(arch),
-                         "ps_top1": ps, "scratch_top1": scratch, "delta": ps - scratch,
+                         "ps_top1": ps[name], "scratch_top1": scratch, "delta": ps[name] - scratch,
                          "scratch_seconds": time.perf_counter() - t0}
     return {"recipe": str(args.recipe), "supernet": str(supernet), "total_epochs": epochs,
             "ps_train_seconds": ps_seconds, "test_images": len(data.test), "subnets": results,

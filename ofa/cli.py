@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -35,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.command_line = shlex.join(["ofa", *argv])  # what a table's meta records as the command that built it
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,21 +43,13 @@ def register(subparsers: Any) -> None:
     check.set_defaults(func=run_check)
 
 
-def _command_line() -> str:
-    return shlex.join(["ofa", *sys.argv[1:]]) if Path(sys.argv[0]).name in ("ofa", "__main__.py") else ""
-
-
 def run_build(args: argparse.Namespace) -> int:
     from search.latency import space_from_arg
     from search.lut_build import build_table
     from search.measure import Protocol
 
     protocol = Protocol().with_overrides(rounds=args.repeats, warmup=args.warmup)
-    command = _command_line() or (
-        f"ofa lut build --space {args.space} --out {args.out} --backend {args.backend}"
-        + (f" --resolutions {' '.join(map(str, args.resolutions))}" if args.resolutions else "")
-        + f" --threads {args.threads} --batch {args.batch}"
-    )
+    command = args.command_line
     table = build_table(space_from_arg(args.space), args.out, backend=args.backend, resolutions=args.resolutions,
                         threads=args.threads, batch=args.batch, protocol=protocol, calibrate=args.calibrate,
                         seed=args.seed, device=args.device, command=command, progress=not args.quiet)

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  critical batch size (B_simple) ≈ {b:.0f} images")
     suggested = result["suggested_batch"]
     lr = result["lr"] * suggested / result["current_global_batch"]
-    print(f"  suggested global batch size: {suggested} (now {result['current_global_batch']}); "
+    capped = " (capped at a quarter of the training set)" if suggested * 1.5 < b else ""
+    print(f"  suggested global batch size: {suggested}{capped} (now {result['current_global_batch']}); "
           f"with linear scaling its learning rate is {lr:.3g} (now {result['lr']:.3g})")
     return 0

@@ -393,6 +393,7 @@ class Trainer:
         summary = estimator.summary()
         return {"phase": phase.name, "phase_index": p, "steps": steps, "b_small": b, "b_big": b_big, **summary,
                 "current_global_batch": self.global_batch, "lr": phase.lr * self.lr_scale,
+                "train_images": len(self.data.train),
                 "suggested_batch": suggest_batch_size(summary["b_simple"], len(self.data.train))}
 
     # ------------------------------------------------------------------ state

@@ -113,7 +113,8 @@ def grad_sq_norm(params: list[nn.Parameter], scale: float = 1.0) -> float:
 
 
 def suggest_batch_size(b_simple: float | None, train_size: int) -> int | None:
-    """A power of two near B_simple (the batch size past which bigger batches stop paying off)."""
+    """A power of two near B_simple (the batch size past which bigger batches stop paying off),
+    at least 8 and at most a quarter of the training set."""
     if b_simple is None or not math.isfinite(b_simple) or b_simple <= 0:
         return None
     upper = max(8, 2 ** int(math.log2(max(8, train_size // 4))))
