@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from ofa.space import SearchSpace, StageSpec
+
+TINY_RECIPE = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"  # a few-second synthetic recipe
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """Tiny models: one intra-op thread is faster, and no thread spin-waits for a core another process holds."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def tiny_space(**overrides) -> SearchSpace:

@@ -7,14 +7,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
+from conftest import TINY_RECIPE as TINY
 
 from ofa.supernet import OFAMobileNetV3
 from ofa.train import load_recipe, train
 
-TINY = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"
 # No dropout (its masks are per process), and a short schedule: full network, then the sandwich
 # phase with channel reorganization and the teacher.
 COMMON = ["space.dropout=0.0", "phases.full.epochs=1", "phases.depth.epochs=1", "checkpoint.every_steps=0"]
@@ -29,13 +28,7 @@ def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        single = train(load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=2"]),
-                       tmp_path / "single")
-    finally:
-        torch.set_num_threads(threads)
+    single = train(load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=2"]), tmp_path / "single")
 
     a = torch.load(dist_out / "supernet.pt", weights_only=True)
     b = torch.load(single, weights_only=True)

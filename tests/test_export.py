@@ -40,16 +40,6 @@ def fake_data(space, n_train=256, n_test=96, size=20, seed=0) -> SimpleNamespace
                            std=[0.25] * space.in_channels, in_channels=space.in_channels, image_size=size)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models on a shared 2-core machine: a second OpenMP thread only spins (the brief training
-    below took 109 s with 2 threads under load and 6 s with 1)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def net() -> OFAMobileNetV3:
     return perturb(OFAMobileNetV3(tiny_space()), seed=3).eval()

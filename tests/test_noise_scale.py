@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_RECIPE as TINY
 
 from ofa.cli import main
 from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator, grad_sq_norm, suggest_batch_size
-
-TINY = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _measure(estimator: NoiseScaleEstimator, steps: int, dim: int, delta: torch.Tensor, sigma: float,

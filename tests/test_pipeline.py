@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+from conftest import TINY_RECIPE as RECIPE
 
 from ofa.cli import main
 from ofa.io import read_yaml
@@ -15,16 +15,7 @@ from ofa.space import SearchSpace
 from search.lut_build import build_table
 from search.measure import Protocol
 
-RECIPE = Path(__file__).parent / "recipes" / "tiny.yaml"
 FAST = Protocol(warmup=1, rounds=4, prime=1, calls=1, keep=0.5, trim=0.0)
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def run(cfg: PipelineConfig) -> tuple[dict, list[list[str]], list[str]]:
@@ -38,7 +29,7 @@ def run(cfg: PipelineConfig) -> tuple[dict, list[list[str]], list[str]]:
     return Pipeline(cfg, run_verb=verb, log=lines.append).run(), calls, lines
 
 
-def test_pipeline_end_to_end_and_resume(tmp_path, one_thread):
+def test_pipeline_end_to_end_and_resume(tmp_path):
     space = SearchSpace.from_dict(read_yaml(RECIPE)["space"])
     table = tmp_path / "table.yaml"
     build_table(space, table, protocol=FAST, calibrate=3, progress=False)

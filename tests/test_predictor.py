@@ -16,15 +16,6 @@ from search.collect import FILE_KIND, collect, load_accuracy, part_path, read_ac
 from search.predictor import AccuracyPredictor, ArchEncoder, active_slots, fit_predictor, kendall_tau
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models on a shared machine: one intra-op thread, so no thread spin-waits for a busy core."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def synthetic_top1(space, rows):
     """A known, saturating accuracy function of the arch (what a real supernet's accuracy looks like)."""
     rng = np.random.default_rng(1)

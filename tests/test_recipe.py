@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import TINY_RECIPE as TINY
 
 from ofa.cli import main
 from ofa.errors import OFAError
@@ -14,7 +15,6 @@ from ofa.train.recipe import recipe_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "recipes" / "digits.yaml"
-TINY = ROOT / "tests" / "recipes" / "tiny.yaml"
 
 
 def test_digits_recipe_resolves_every_phase():

@@ -15,22 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_RECIPE as TINY
 
 from ofa.errors import OFAError
 from ofa.train import load_recipe, train
 from ofa.train.checkpoint import CheckpointStore
 
-TINY = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"
 # Checkpoint every 2 steps (the schedule, and so the weights, do not depend on it).
 OVERRIDES = ["checkpoint.every_steps=2"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

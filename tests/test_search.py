@@ -20,15 +20,6 @@ from search.predictor import AccuracyPredictor, active_slots, canonical_rows
 SMALL = EvolutionConfig(population=40, generations=40)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models on a shared machine: one intra-op thread, so no thread spin-waits for a busy core."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def layer_ms(layer) -> float:
     """Synthetic device: cost grows with MACs, kernel size and SE (not proportional to MACs alone)."""
     return 1e-5 * layer.macs + 0.002 * layer.kernel + (0.01 if layer.se else 0.0) + 0.005

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_RECIPE as TINY
 
 from ofa.cli import main
 from ofa.data import data_from_meta
@@ -17,17 +18,6 @@ from ofa.train import load_recipe, train
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.optim import build_optimizer, lr_at
 from ofa.train.sampling import eval_subnets, step_subnets
-
-TINY = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny networks: one thread is faster and immune to other processes on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
