@@ -1,7 +1,8 @@
 """Run every benchmark, collect the JSON object each prints last, and write bench/RESULTS.md.
 
 Each benchmark runs in its own process, one after the other, so none competes with another for
-the CPU. ``--only NAME`` reruns a subset; ``--quick`` passes each benchmark's smaller settings.
+the CPU. Results are kept in bench/results.json: ``--only NAME`` reruns a subset and keeps the other
+entries, and RESULTS.md is rendered from all of them. ``--quick`` uses smaller settings.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def run_one(name: str, quick: bool) -> dict:
     else:
         print(f"   {json.dumps(result)}", flush=True)
     return {"name": name, "command": "python " + " ".join(argv[1:]), "meaning": meaning, "exit": proc.returncode,
-            "seconds": round(seconds, 1), "result": result}
+            "seconds": round(seconds, 1), "date": str(datetime.date.today()), "result": result}
 
 
 def _cell(value: object) -> str:
@@ -79,14 +80,14 @@ def render(runs: list[dict]) -> str:
     lines = [
         "# Benchmark results",
         "",
-        f"Written by `python bench/run_all.py` on {datetime.date.today()} "
-        f"({platform.processor() or platform.machine()}, Python {platform.python_version()}).",
+        f"Written by `python bench/run_all.py` ({platform.processor() or platform.machine()}, "
+        f"Python {platform.python_version()}); each section gives the date its figures were measured.",
         "Each figure is a ratio or a median measured within one run; rerun a line's command to reproduce it.",
         "",
     ]
     for run in runs:
         lines += [f"## {run['name']}", "", run["meaning"] + ".", "", f"`{run['command']}` "
-                  f"(exit {run['exit']}, {run['seconds']} s)", ""]
+                  f"(exit {run['exit']}, {run['seconds']} s, {run.get('date', '')})", ""]
         if run["result"]:
             lines += ["| figure | value |", "|---|---|"]
             lines += [f"| {k} | {_cell(v)} |" for k, v in run["result"].items()]
@@ -102,11 +103,17 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller settings (a smoke run, not for RESULTS.md)")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args()
-    runs = [run_one(name, args.quick) for name in (args.only or BENCHMARKS)]
     sys.path.insert(0, str(ROOT))
-    from ofa.io import write_text
+    from ofa.io import write_json, write_text
 
-    write_text(args.out, render(runs))
+    store = HERE / "results.json"
+    kept = {r["name"]: r for r in json.loads(store.read_text())} if store.is_file() and not args.quick else {}
+    runs = [run_one(name, args.quick) for name in (args.only or BENCHMARKS)]
+    merged = {**kept, **{r["name"]: r for r in runs}}
+    ordered = [merged[name] for name in BENCHMARKS if name in merged]
+    if not args.quick:
+        write_json(store, ordered)
+    write_text(args.out, render(ordered))
     print(f"wrote {args.out}")
     return 0 if all(r["exit"] == 0 for r in runs) else 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +12,7 @@ from torch import nn
 from ofa.elastic.ops import ElasticBatchNorm2d, ElasticDepthwiseConv2d, ElasticPointwiseConv2d, ElasticSqueezeExcite
 from ofa.space import mid_channels, se_channels
 
-_ACTS = {"relu": F.relu, "hswish": F.hardswish}
+_ACTS = {"relu": F.relu_, "hswish": partial(F.hardswish, inplace=True)}  # in place, as timm's BN+act
 
 
 class ElasticMBConv(nn.Module):
