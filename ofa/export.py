@@ -11,7 +11,6 @@ the output and renamed into place at the end, so a failed export never clobbers 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -33,7 +32,7 @@ from tqdm import tqdm
 from ofa.bn import recalibrate_bn
 from ofa.errors import OFAError, SpaceError
 from ofa.evaluate import resize
-from ofa.io import write_json, write_text
+from ofa.io import file_sha256, write_json, write_text
 from ofa.space import Arch, SearchSpace
 from ofa.subnet import count_macs, count_params, save_subnet
 from ofa.supernet import OFAMobileNetV3
@@ -160,14 +159,6 @@ def check_opset(opset: int) -> int:
     if not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
         raise OFAError(f"opset {opset!r} is not supported: choose {MIN_OPSET}..{MAX_OPSET} (default {DEFAULT_OPSET})")
     return opset
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------- onnxruntime

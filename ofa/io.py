@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -83,3 +84,12 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise OFAError(f"{path}: invalid JSON: {exc}") from None
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes: identifies a checkpoint or table in metadata and stage keys."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

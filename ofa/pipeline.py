@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from ofa.errors import OFAError
-from ofa.io import read_json, read_yaml, write_json, write_text
+from ofa.io import file_sha256, read_json, read_yaml, write_json, write_text
 
 SHIPPED_TABLES = Path(__file__).resolve().parent.parent / "latency_tables"
 TARGET_FRACTIONS = (0.1, 0.35, 0.65, 1.0)  # of the way from the smallest to the largest subnet's latency
@@ -34,14 +34,6 @@ class PipelineConfig:
     lut: Path | None = None
     int8: bool = False
     seed: int = 0
-
-
-def sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def digest(*parts: Any) -> str:
@@ -77,10 +69,13 @@ class Pipeline:
 
     # ----------------------------------------------------------------- stages
     def run(self) -> dict[str, Any]:
+        from ofa.supernet import OFAMobileNetV3
+
         supernet = self.train()
-        table = self.latency_table(supernet)
+        space = OFAMobileNetV3.load(supernet).space
+        table = self.latency_table(supernet, space)
         predictor = self.predictor(supernet)
-        search_dir = self.search(supernet, predictor, table)
+        search_dir = self.search(supernet, predictor, table, self.targets(space, table))
         exports = self.export(supernet, table, search_dir)
         return self.summarize(exports, search_dir)
 
@@ -103,10 +98,7 @@ class Pipeline:
             self.mark("train", key)
         return supernet
 
-    def latency_table(self, supernet: Path) -> Path:
-        from ofa.supernet import OFAMobileNetV3
-
-        space = OFAMobileNetV3.load(supernet).space
+    def latency_table(self, supernet: Path, space: Any) -> Path:
         if self.cfg.lut is not None:
             _load_table_for(self.cfg.lut, space)
             self.log(f"[lut] using {self.cfg.lut} (given)")
@@ -125,34 +117,30 @@ class Pipeline:
 
     def predictor(self, supernet: Path) -> Path:
         acc, predictor = self.out / "acc.jsonl", self.out / "predictor.pt"
-        key = digest(sha256(supernet), self.cfg.subnets, self.cfg.calib_batches, self.cfg.seed)
+        key = digest(file_sha256(supernet), self.cfg.subnets, self.cfg.calib_batches, self.cfg.seed)
         if not self.done("collect", key, acc):
             self.verb("collect", ["predictor", "collect", supernet, "--n", self.cfg.subnets, "--out", acc,
                                   "--calib-batches", self.cfg.calib_batches, "--seed", self.cfg.seed,
                                   "--repeat-split"])
             self.mark("collect", key)
-        key = digest(sha256(acc), self.cfg.seed)
+        key = digest(file_sha256(acc), self.cfg.seed)
         if not self.done("fit", key, predictor):
             self.verb("fit", ["predictor", "fit", acc, "--out", predictor, "--seed", self.cfg.seed])
             self.mark("fit", key)
         return predictor
 
-    def targets(self, supernet: Path, table: Path) -> list[float]:
+    def targets(self, space: Any, table: Path) -> list[float]:
         """Latency budgets spread between the smallest and the largest subnet on this table."""
         if self.cfg.targets_ms:
             return list(self.cfg.targets_ms)
-        from ofa.supernet import OFAMobileNetV3
-
-        space = OFAMobileNetV3.load(supernet).space
         bound = _load_table_for(table, space)
         lo = min(bound.predict(bound.space.min_arch(r)) for r in bound.space.resolutions)
         hi = max(bound.predict(bound.space.max_arch(r)) for r in bound.space.resolutions)
         return [float(f"{lo + f * (hi - lo):.4g}") for f in TARGET_FRACTIONS]
 
-    def search(self, supernet: Path, predictor: Path, table: Path) -> Path:
+    def search(self, supernet: Path, predictor: Path, table: Path, targets: list[float]) -> Path:
         folder = self.out / "search"
-        targets = self.targets(supernet, table)
-        key = digest(sha256(supernet), sha256(predictor), sha256(table), targets, self.cfg.seed)
+        key = digest(file_sha256(supernet), file_sha256(predictor), file_sha256(table), targets, self.cfg.seed)
         if not self.done("search", key, folder / "search.json"):
             self.verb("search", ["search", "--supernet", supernet, "--predictor", predictor, "--lut", table,
                                  "--latency-ms", *targets, "--out", folder, "--seed", self.cfg.seed])
@@ -162,13 +150,14 @@ class Pipeline:
     def export(self, supernet: Path, table: Path, search_dir: Path) -> list[Path]:
         summary = read_json(search_dir / "search.json", "search summary")
         folder = self.out / "export"
+        inputs = (file_sha256(supernet), file_sha256(table), self.cfg.int8, self.cfg.seed)
         results = []
         for target in summary["targets"]:
             name = f"arch_{target['target_ms']:g}ms"
             arch_file = search_dir / f"{name}.json"
             onnx = folder / f"{name}.onnx"
             result = onnx.with_suffix(".export.json")
-            key = digest(sha256(supernet), sha256(arch_file), sha256(table), self.cfg.int8, self.cfg.seed)
+            key = digest(file_sha256(arch_file), *inputs)
             if not self.done(f"export {name}", key, onnx, result):
                 argv = ["export", "--supernet", supernet, "--arch", arch_file, "--out", onnx, "--lut", table,
                         "--seed", self.cfg.seed]
