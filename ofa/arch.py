@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ofa.errors import SpaceError
-from ofa.io import write_json
+from ofa.io import read_text, write_json
 
 ARCH_FIELDS = ("resolution", "depths", "kernels", "expands")
 
@@ -88,7 +88,7 @@ class Arch:
         path = Path(path)
         if not path.is_file():
             raise SpaceError(f"{path}: arch file not found")
-        return cls.from_json(path.read_text(), str(path))
+        return cls.from_json(read_text(path, "arch file"), str(path))
 
     def save(self, path: str | Path) -> Path:
         return write_json(path, self.to_dict())

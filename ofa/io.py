@@ -66,22 +66,29 @@ def load_torch(path: str | Path, what: str = "checkpoint") -> dict:
     return obj
 
 
-def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
+def read_text(path: str | Path, what: str = "text file") -> str:
+    """A text file's contents; missing or binary is one OFAError naming the file."""
     path = Path(path)
     if not path.is_file():
         raise OFAError(f"{path}: {what} not found")
     try:
-        return yaml.safe_load(path.read_text())
+        return path.read_text()
+    except UnicodeDecodeError:
+        raise OFAError(f"{path}: not a {what} (binary content)") from None
+
+
+def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
+    text = read_text(path, what)
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise OFAError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
 
 
 def read_json(path: str | Path, what: str = "JSON file") -> Any:
-    path = Path(path)
-    if not path.is_file():
-        raise OFAError(f"{path}: {what} not found")
+    text = read_text(path, what)
     try:
-        return json.loads(path.read_text())
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise OFAError(f"{path}: invalid JSON: {exc}") from None
 

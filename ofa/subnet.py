@@ -79,6 +79,9 @@ def load_subnet(path: str | Path) -> MobileNetV3:
     obj = load_torch(path, "subnet file")
     if obj.get("format") != SUBNET_FORMAT:
         raise OFAError(f"{path}: not an ofa subnet file (format={obj.get('format')!r})")
+    missing = [k for k in ("space", "arch", "state_dict") if k not in obj]
+    if missing:
+        raise OFAError(f"{path}: subnet file lacks {missing[0]!r} (damaged or hand-made); export it again")
     space = SearchSpace.from_dict(obj["space"], f"{path}:space")
     arch = Arch.from_dict(obj["arch"], f"{path}:arch")
     model = build_subnet(space, arch)

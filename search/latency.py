@@ -52,6 +52,8 @@ class LatencyTable:
         doc = read_yaml(path, "latency table")
         if not isinstance(doc, Mapping) or "meta" not in doc or "entries" not in doc:
             raise OFAError(f"{path}: not a latency table (expected top-level 'meta' and 'entries')")
+        if not isinstance(doc["meta"], Mapping):
+            raise OFAError(f"{path}: not a latency table ('meta' must be a mapping, got {type(doc['meta']).__name__})")
         if doc["meta"].get("complete") is False:
             done = doc["meta"].get("resolutions_done", [])
             raise OFAError(f"{path}: unfinished table (resolutions done: {done}); rerun the command in "
