@@ -178,7 +178,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run only these benchmarks")
     parser.add_argument("--quick", action="store_true", help="smaller settings (a smoke run, writes nothing)")
-    parser.add_argument("--render", action="store_true", help="run nothing: rewrite RESULTS.md and README from results.json")
+    parser.add_argument("--render", action="store_true", help="only re-render from results.json")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
