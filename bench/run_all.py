@@ -72,6 +72,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         {"within_10pct": "share within ±10%", "mape": "MAPE", "spearman": "Spearman"},
         on_request=True,
     ),
+    "standalone_latency": Benchmark(
+        ["bench/standalone_latency.py", "--json"],
+        "predicted latency vs a plain standalone wall-clock loop (30 warm-up + 300 timed session.run calls, "
+        "median): the demo's exported models (runs/digits/export) and 8 random mbv3 subnets each at 160 and "
+        "224 px on the shipped table (target ≥ 90% within ±10% per group, table built on this machine)",
+        ["bench/standalone_latency.py", "--json", "--n", "2", "--calls", "50"],
+        {"demo_within_10pct": "demo models within ±10%", "mbv3_within_10pct": "mbv3 subnets within ±10%"},
+    ),
     "ps_vs_scratch": Benchmark(
         ["bench/ps_vs_scratch.py", "recipes/digits.yaml", "--json"],
         "test top-1 of 3 subnets: progressive shrinking vs the same subnet trained from scratch "

@@ -16,14 +16,20 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ofa.arch import Arch
 from ofa.errors import OFAError
-from ofa.io import load_torch, save_torch
+from ofa.io import load_torch, read_json, save_torch
 from ofa.space import SearchSpace
+from ofa.weights import load_safetensors
 
 SUBNET_FORMAT = "ofa-subnet"
+FOLDER_CONFIG, FOLDER_WEIGHTS = "config.json", "model.safetensors"  # a model folder's files
 
 
 def act_layer(name: str) -> type[nn.Module]:
-    return get_act_layer("hard_swish" if name == "hswish" else name)
+    return get_act_layer(_timm_act(name))
+
+
+def _timm_act(name: str) -> str:
+    return "hard_swish" if name == "hswish" else name
 
 
 def block_strings(space: SearchSpace, arch: Arch) -> list[list[str]]:
@@ -40,56 +46,76 @@ def block_strings(space: SearchSpace, arch: Arch) -> list[list[str]]:
     return stages
 
 
+def timm_args(space: SearchSpace, arch: Arch) -> dict[str, Any]:
+    """JSON arguments of timm's MobileNetV3 for ``arch``; a model folder's config.json records them so that
+    timm alone rebuilds the subnet (`timm_model` is the code its model card shows)."""
+    return {
+        "arch_def": block_strings(space, arch),
+        "kwargs": {"num_classes": space.num_classes, "in_chans": space.in_channels, "stem_size": space.stem_channels,
+                   "fix_stem": True, "num_features": space.feature_channels, "head_bias": False,
+                   "drop_rate": space.dropout},
+        "act_layer": _timm_act(space.stem_act),
+        "se_layer": {"gate_layer": "hard_sigmoid", "force_act_layer": "relu"},
+        "stem_stride": space.stem_stride,  # timm's constructor fixes the stem at stride 2
+        "head_act_layer": _timm_act(space.head_act),  # timm's head takes the body's activation
+    }
+
+
+def timm_model(args: dict[str, Any]) -> MobileNetV3:
+    """A randomly initialised timm MobileNetV3 from `timm_args`."""
+    se_layer = partial(SqueezeExcite, gate_layer=args["se_layer"]["gate_layer"],
+                       force_act_layer=get_act_layer(args["se_layer"]["force_act_layer"]), rd_round_fn=round_channels)
+    model = MobileNetV3(block_args=decode_arch_def(args["arch_def"]), act_layer=get_act_layer(args["act_layer"]),
+                        se_layer=se_layer, round_chs_fn=round_channels, **args["kwargs"])
+    model.conv_stem.stride = (args["stem_stride"], args["stem_stride"])
+    model.act2 = get_act_layer(args["head_act_layer"])(inplace=True)
+    return model
+
+
 def build_subnet(space: SearchSpace, arch: Arch) -> MobileNetV3:
     """A randomly initialised timm MobileNetV3 with exactly the layers of ``arch``."""
     space.validate(arch)
-    model = MobileNetV3(
-        block_args=decode_arch_def(block_strings(space, arch)),
-        num_classes=space.num_classes,
-        in_chans=space.in_channels,
-        stem_size=space.stem_channels,
-        fix_stem=True,
-        num_features=space.feature_channels,
-        head_bias=False,
-        act_layer=act_layer(space.stem_act),
-        se_layer=partial(SqueezeExcite, gate_layer="hard_sigmoid", force_act_layer=nn.ReLU,
-                         rd_round_fn=round_channels),
-        round_chs_fn=round_channels,
-        drop_rate=space.dropout,
-    )
-    model.conv_stem.stride = (space.stem_stride, space.stem_stride)
-    model.act2 = act_layer(space.head_act)(inplace=True)
-    return model
+    return timm_model(timm_args(space, arch))
+
+
+def subnet_record(space: SearchSpace, arch: Arch, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a subnet file (and a model folder's config.json, under ``ofa``) says besides the weights."""
+    return {"format": SUBNET_FORMAT, "space": space.to_dict(), "space_fingerprint": space.fingerprint(),
+            "arch": arch.to_dict(), "meta": meta or {}}
 
 
 def save_subnet(model: nn.Module, space: SearchSpace, arch: Arch, path: str | Path,
                 meta: dict[str, Any] | None = None) -> Path:
     """Write a static subnet (config + weights) that `load_subnet` rebuilds without the supernet."""
-    return save_torch(path, {
-        "format": SUBNET_FORMAT,
-        "space": space.to_dict(),
-        "arch": arch.to_dict(),
-        "state_dict": model.state_dict(),
-        "meta": meta or {},
-    })
+    return save_torch(path, {**subnet_record(space, arch, meta), "state_dict": model.state_dict()})
 
 
 def load_subnet(path: str | Path) -> MobileNetV3:
-    """Rebuild a saved static subnet as a plain timm model in eval mode; ``model.ofa_meta`` holds its metadata."""
+    """Rebuild a saved static subnet (a ``.pt`` file or a model folder written by ``ofa export``) as a plain
+    timm model in eval mode; ``model.ofa_meta`` holds its metadata."""
+    path = Path(path)
+    if path.is_dir():
+        config = read_json(path / FOLDER_CONFIG, "model folder config")
+        record = config.get("ofa") if isinstance(config, dict) else None
+        if not isinstance(record, dict):
+            raise OFAError(f"{path / FOLDER_CONFIG}: not an ofa model folder (no 'ofa' section)")
+        state, _ = load_safetensors(path / FOLDER_WEIGHTS, "model weights")
+        return _rebuild(path, record, state)
     obj = load_torch(path, "subnet file")
-    if obj.get("format") != SUBNET_FORMAT:
-        raise OFAError(f"{path}: not an ofa subnet file (format={obj.get('format')!r})")
-    missing = [k for k in ("space", "arch", "state_dict") if k not in obj]
-    if missing:
-        raise OFAError(f"{path}: subnet file lacks {missing[0]!r} (damaged or hand-made); export it again")
-    space = SearchSpace.from_dict(obj["space"], f"{path}:space")
-    arch = Arch.from_dict(obj["arch"], f"{path}:arch")
+    return _rebuild(path, obj, obj.get("state_dict"))
+
+
+def _rebuild(path: Path, record: dict[str, Any], state: Any) -> MobileNetV3:
+    if record.get("format") != SUBNET_FORMAT:
+        raise OFAError(f"{path}: not an ofa subnet file (format={record.get('format')!r})")
+    space = SearchSpace.from_dict(record["space"], f"{path}:space")
+    arch = Arch.from_dict(record["arch"], f"{path}:arch")
     model = build_subnet(space, arch)
     try:
-        model.load_state_dict(obj["state_dict"])
-    except RuntimeError as exc:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError) as exc:
         raise OFAError(f"{path}: weights do not match the stored arch: {str(exc).splitlines()[0]}") from None
-    model.ofa_meta = {"space": space, "arch": arch, **obj.get("meta", {})}
+    model.ofa_meta = {"space": space, "arch": arch, **record.get("meta", {})}
     return model.eval()
 
 

@@ -18,9 +18,11 @@ from ofa.errors import OFAError
 from ofa.io import load_torch, save_torch
 from ofa.space import SearchSpace
 from ofa.subnet import build_subnet
+from ofa.weights import load_safetensors, save_safetensors
 
 SUPERNET_FORMAT = "ofa-supernet"
 CHECKPOINT_FORMAT = "ofa-checkpoint"
+SAFETENSORS = ".safetensors"
 
 
 class OFAMobileNetV3(nn.Module):
@@ -113,14 +115,24 @@ class OFAMobileNetV3(nn.Module):
 
     # ----------------------------------------------------------------- files
     def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> Path:
-        """Supernet file: space + weights (+ plain metadata such as data normalization)."""
-        return save_torch(path, {"format": SUPERNET_FORMAT, "space": self.space.to_dict(),
-                                 "state_dict": self.state_dict(), "meta": meta or {}})
+        """Supernet file: space + weights (+ plain metadata such as data normalization).
+
+        A ``.safetensors`` path writes safetensors with the rest as JSON in its header (no pickle at all).
+        """
+        record = {"format": SUPERNET_FORMAT, "space": self.space.to_dict(), "meta": meta or {}}
+        if Path(path).suffix == SAFETENSORS:
+            return save_safetensors(path, self.state_dict(), record)
+        return save_torch(path, {**record, "state_dict": self.state_dict()})
 
     @classmethod
     def load(cls, path: str | Path) -> OFAMobileNetV3:
-        """Load a supernet file or a training checkpoint; ``net.meta`` holds the stored metadata."""
-        obj = load_torch(path, "supernet checkpoint")
+        """Load a supernet file (``.safetensors`` or torch) or a training checkpoint; ``net.meta`` holds the
+        stored metadata."""
+        if Path(path).suffix == SAFETENSORS:
+            state, obj = load_safetensors(path, "supernet file")
+            obj = {**obj, "state_dict": state}
+        else:
+            obj = load_torch(path, "supernet checkpoint")
         fmt = obj.get("format")
         if fmt == SUPERNET_FORMAT:
             state = obj.get("state_dict")

@@ -11,6 +11,7 @@ tables, and accuracy is one batched predictor call per generation.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,7 @@ from ofa.encoding import GeneLayout
 from ofa.errors import OFAError
 from ofa.io import write_json, write_text
 from ofa.space import SearchSpace
+from ofa.train.tracking import log_figures
 from search.dense import DenseCost, macs_model, params_model
 from search.pareto import ParetoFront, plot_front
 
@@ -357,7 +359,22 @@ class SearchResult:
         lines = [json.dumps({"target_ms": t.target_ms, "generation": g, "best_top1": float(v)})
                  for t in self.targets for g, v in enumerate(t.history)]
         paths["metrics"] = write_text(out / "metrics.jsonl", "\n".join(lines) + "\n")
-        return paths
+        board = log_figures(out / "tensorboard", self._curves(), {"search": self._table()},
+                            lambda text: print(text, file=sys.stderr))
+        return {**paths, **({"tensorboard": board} if board else {})}
+
+    def _curves(self) -> dict[str, list[float]]:
+        """Best predicted top-1 per generation, one curve per budget (TensorBoard)."""
+        return {f"search/best_top1/{t.target_ms:g}ms": [float(v) for v in t.history] for t in self.targets}
+
+    def _table(self) -> list[list[Any]]:
+        """The picks as a table whose first row names the columns (TensorBoard)."""
+        rows: list[list[Any]] = [["target ms", "predicted top-1 (%)", "latency ms", "MACs", "params", "arch"]]
+        for t in self.targets:
+            e = t.arch.extra
+            rows.append([f"{t.target_ms:g}", f"{e['predicted_top1']:.2f}", f"{e['latency_ms']:.3f}", e["macs"],
+                         e["params"], t.arch.short()])
+        return rows
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ per-call overhead; a subnet's latency is the per-network overhead plus the sum o
 entries. Isolated layers pay costs a whole network pays fewer times (onnxruntime converts each
 isolated conv's input and output to its blocked layout), so the sum is corrected by an affine map
 fitted per resolution on whole subnets measured next to the layers (``meta.correction``).
+``meta.protocol`` and ``meta.clock`` say what the figures are (``ofa.deploy.timing``; by default the
+wall-clock latency of one model running on its own, warm, as a user measures it).
 """
 
 from __future__ import annotations
@@ -147,8 +149,10 @@ class LatencyTable:
 
     def describe(self) -> str:
         m = self.meta
+        protocol = m["protocol"].get("kind", "interleaved-rounds") if isinstance(m["protocol"], Mapping) else "?"
         return (f"{m.get('device', '?')} / {m['backend']} {m.get('runtime_version', '')} / {m['threads']} thread(s) "
-                f"/ batch {m['batch']} / {len(self.entries)} entries / resolutions {list(self.resolutions)}")
+                f"/ batch {m['batch']} / {len(self.entries)} entries / resolutions {list(self.resolutions)} "
+                f"/ {protocol} protocol, {m.get('clock', '?')} clock")
 
 
 # --------------------------------------------------------------------------------- helpers

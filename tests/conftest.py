@@ -59,6 +59,15 @@ def perturb(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     return module
 
 
+def scalar_series(folder: Path) -> dict[str, list[float]]:
+    """Every scalar curve of the TensorBoard event files in ``folder``, read back with tensorboard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep every value
+    events.Reload()
+    return {tag: [e.value for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)

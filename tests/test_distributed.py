@@ -11,12 +11,15 @@ import sys
 import torch
 from conftest import TINY_RECIPE as TINY
 
+from ofa.deploy.lut_build import TableBuildConfig, build_table
+from ofa.deploy.timing import Standalone
 from ofa.supernet import OFAMobileNetV3
 from ofa.train import load_recipe, train
 
 # No dropout (its masks are per process), and a short schedule: full network, then the sandwich
 # phase with channel reorganization and the teacher.
 COMMON = ["space.dropout=0.0", "phases.full.epochs=1", "phases.depth.epochs=1", "checkpoint.every_steps=0"]
+FAST = Standalone(warmup=1, calls=3, blocks=3)
 
 
 def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path):
@@ -51,3 +54,26 @@ def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path):
         # per-rank vs per-micro-batch gradients: the same two batch sizes, the same estimate
         assert got["noise_scale"]["updates"] == want["noise_scale"]["updates"] > 0
     assert a["meta"]["recipe"]["data"]["batch_size"] == 8
+
+
+def test_pipeline_under_torchrun_shards_collection_and_leaves_the_rest_to_rank_0(tmp_path):
+    space = load_recipe(TINY).space
+    table = tmp_path / "table.yaml"
+    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=3, max_noise_pct=100.0, progress=False))
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "ofa", "pipeline",
+           str(TINY), "--out", str(out), "--subnets", "12", "--lut", str(table), "--targets-ms", "1000",
+           *[a for o in COMMON for a in ("--set", o)]]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stdout
+    assert log.count("[train] running") == 2 and log.count("[collect] running") == 2  # every rank
+    assert log.count("[fit] running") == 1 and log.count("[search] running") == 1  # rank 0 alone
+    assert log.count("running") == 2 + 2 + 1 + 1 + 1  # + one export
+    _header, *subnets = (out / "acc.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["index"] for line in subnets) == list(range(12))  # both ranks' shares, merged
+    assert not list(out.glob("acc.jsonl.rank*"))
+    state = json.loads((out / "pipeline.json").read_text())
+    assert set(state) == {"train", "collect", "fit", "search", "export arch_1000ms"}
+    assert (out / "export" / "arch_1000ms.onnx").is_file() and (out / "summary.md").is_file()

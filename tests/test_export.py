@@ -134,7 +134,8 @@ def test_metadata_round_trip_and_files(net, data, ckpt, tmp_path):
                    "target 3.5 ms",
                    file_sha256(ckpt), "class0, class1"):
         assert needle in card
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model.export.json", "model.md", "model.onnx", "model.pt"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model", "model.export.json", "model.md", "model.onnx",
+                                                             "model.pt"]
 
 
 def test_reloaded_subnet_matches_a_fresh_extraction(net, data, tmp_path):
@@ -236,8 +237,8 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
     r = export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx"), table=table)
     assert r.predicted_latency_ms == pytest.approx(table.predict(arch))
     lat = r.latency_fp32
-    assert lat.mean_ms > 0 and lat.batch == 2 and lat.threads == 1 and 1 <= lat.samples <= 5
-    assert lat.source.startswith("table protocol")
+    assert lat.mean_ms > 0 and lat.batch == 2 and lat.threads == 1 and lat.samples == 7
+    assert lat.source == "standalone, wall clock, median of 7 blocks, ort-cpu"  # as a user measures it
     # A fixed-batch model takes the table's batch so it is timed exactly as the table was.
     assert onnx.load(r.onnx_path).graph.input[0].type.tensor_type.shape.dim[0].dim_value == 2
 
@@ -256,7 +257,8 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
         "supernet's space by its values only"]
     assert "BN recalibration: 2 training batches" in out and "64 test images + 16 random inputs" in out
     assert "top-1 on 96 test images: fp32" in out and "int8" in out
-    assert "latency (table protocol, ort-cpu, batch 2, 1 thread(s)): fp32" in out and "table predicts" in out
+    assert "latency (standalone, wall clock, median of 7 blocks, ort-cpu, batch 2, 1 thread(s)): fp32" in out
+    assert "table predicts" in out
     meta = read_metadata(tmp_path / "c.onnx")
     assert meta["latency_table"] == str(table_path)
     assert meta["predicted_latency_ms"] == pytest.approx(table.predict(arch))
@@ -265,8 +267,8 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
     # A table of the torch backend times the static PyTorch model (what it predicts), the ONNX file beside it.
     torch_table = synthetic_table(net.space, backend="torch-cpu")
     r = export_subnet(net, arch, ExportConfig(tmp_path / "t.onnx"), table=torch_table)
-    assert r.latency_fp32.source == "table protocol, torch-cpu" and r.latency_fp32.mean_ms > 0
-    assert r.extra["latency"]["fp32 (onnx)"]["source"] == "table protocol, ort-cpu"
+    assert r.latency_fp32.source.endswith("blocks, torch-cpu") and r.latency_fp32.mean_ms > 0
+    assert r.extra["latency"]["fp32 (onnx)"]["source"].endswith("blocks, ort-cpu")
 
     other = synthetic_table(tiny_space(num_classes=7))
     with pytest.raises(Exception, match="table was measured for space"):

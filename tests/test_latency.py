@@ -1,11 +1,16 @@
-"""Latency tables: key enumeration, prediction, file format, mismatch errors, resumable build, check."""
+"""Latency tables: key enumeration, prediction, file format, mismatch errors, protocols, noise, build, check."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import onnx
 import pytest
 import torch
 import yaml
@@ -15,19 +20,37 @@ from ofa.deploy import lut_build, lut_check
 from ofa.deploy.convert import export_onnx
 from ofa.deploy.layer_models import LayerModules, input_shape, layer_specs
 from ofa.deploy.lut_build import TableBuildConfig, build_table, calibration_archs, fit_correction
-from ofa.deploy.timing import Protocol, TimingConfig, measure_onnx, quiet_rounds, summarize, trimmed_stats
+from ofa.deploy.lut_check import CheckConfig, check_table
+from ofa.deploy.runtimes import Runner
+from ofa.deploy.timing import (
+    Interleaved,
+    Standalone,
+    TimingConfig,
+    measure_latencies,
+    measure_onnx,
+    noise_pct,
+    protocol_from_dict,
+    quiet_rounds,
+    repeat_stats,
+    summarize,
+    time_models,
+    trimmed_stats,
+    with_overrides,
+)
 from ofa.encoding import GeneLayout, sample_arch
 from ofa.errors import OFAError
 from ofa.space import SearchSpace, StageSpec
 from ofa.subnet import count_params
 from search.latency import LatencyTable, space_from_arg
 
-FAST = Protocol(warmup=1, rounds=4, prime=1, calls=1, keep=0.5, trim=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3)
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "standalone_latency.py"
 
 
 def build(out, **settings) -> TableBuildConfig:
-    """A quick build: the fast protocol, 3 calibration subnets, no progress bars."""
-    return TableBuildConfig(out, **{"protocol": FAST, "calibrate": 3, "progress": False, **settings})
+    """A quick build: the fast protocol, 3 calibration subnets, no progress bars, any noise accepted."""
+    return TableBuildConfig(out, **{"protocol": FAST, "calibrate": 3, "progress": False, "max_noise_pct": 1e6,
+                                    **settings})
 
 
 def small_space(**overrides) -> SearchSpace:
@@ -157,6 +180,152 @@ def test_bad_table_files(tmp_path, space):
 
 
 # ------------------------------------------------------------------------------------------ protocol
+class ScriptedRunner(Runner):
+    """A model whose per-call (wall, CPU) factors come from ``script(invocation, calls)``; calls are logged."""
+
+    def __init__(self, name: str, ms: float, script, log: list) -> None:
+        self.name, self.ms, self.script, self.log, self.invocations = name, ms, script, log, 0
+
+    def times(self, calls):
+        self.log.append((self.name, calls))
+        wall, cpu = self.script(self.invocations, calls)
+        self.invocations += 1
+        return self.ms * wall, self.ms * cpu
+
+
+def test_standalone_figure_ignores_slow_blocks_and_preempted_calls():
+    """Each block: warm-up then back-to-back timed calls of one model; median call, then median block."""
+    def script(invocation, calls):  # warm-up and timed invocations alternate: block = invocation // 2
+        cpu = np.full(calls, 1.8 if invocation // 2 in (1, 4) else 1.0)  # 2 of 7 blocks: machine busy
+        wall = cpu.copy()
+        wall[::2] += 10  # every other call preempted: wall time far beyond the thread's CPU time
+        return wall, cpu
+
+    log: list = []
+    runners = {name: ScriptedRunner(name, ms, script, log) for name, ms in (("a", 0.5), ("b", 2.0), ("c", 8.0))}
+    protocol = Standalone(warmup=2, calls=20, blocks=7, seed=3)
+    stats = time_models(runners, protocol)
+    assert [stats[n]["mean_ms"] for n in "abc"] == pytest.approx([0.5, 2.0, 8.0])
+    assert all(stats[n]["count"] == 7 for n in "abc")
+    assert np.median(script(0, 20)[0]) > 3  # a plain median over the calls would be far off
+    assert all(log[i][0] == log[i + 1][0] and (log[i][1], log[i + 1][1]) == (2, 20) for i in range(0, len(log), 2))
+    orders = [tuple(name for name, _ in log[i:i + 6:2]) for i in range(0, len(log), 6)]
+    assert len(orders) == 7 and all(sorted(o) == ["a", "b", "c"] for o in orders) and len(set(orders)) > 1
+    thread = time_models(runners, Standalone(warmup=2, calls=20, blocks=7, clock="thread"))
+    assert thread["a"]["mean_ms"] == pytest.approx(0.5)  # the CPU clock keeps every call
+
+
+def test_noise_criterion_flags_blocks_that_disagree():
+    quiet = {"p": repeat_stats([1.0, 1.01, 0.99, 1.0, 1.02, 1.0, 0.98]), "q": repeat_stats([2.0] * 7)}
+    noisy = {**quiet, "r": repeat_stats([1.0, 1.3, 0.8, 1.1, 0.9, 1.25, 1.0])}
+    assert noise_pct(quiet, ["p", "q"]) < 5 < noise_pct(noisy, ["p", "q", "r"])
+    assert noise_pct(noisy, ["p", "q"]) == noise_pct(quiet, ["p", "q"])  # only the judged models count
+
+    def swinging(invocation, calls):  # every block of this model 30% slower or faster than the last
+        return np.full(calls, 1.3 if invocation % 2 else 1.0), np.full(calls, 1.3 if invocation % 2 else 1.0)
+
+    def preempted(invocation, calls):  # 4 of 6 blocks with only 1 call in 5 running undisturbed
+        wall = np.where((np.arange(calls) % 5 == 0) | (invocation < 2), 1.0, 5.0)
+        return wall, np.ones(calls)
+
+    def burst(invocation, calls):  # the first 3 blocks of 6 fully preempted (another process's burst)
+        return np.full(calls, 5.0 if invocation < 3 else 1.0), np.ones(calls)
+
+    protocol = Standalone(warmup=0, calls=10, blocks=6)
+    runs = {"p": ScriptedRunner("p", 1.0, swinging, []), "q": ScriptedRunner("q", 1.0, preempted, []),
+            "r": ScriptedRunner("r", 1.0, burst, [])}
+    stats = time_models(runs, protocol)
+    assert noise_pct(stats, ["p"]) > 5
+    assert stats["q"]["spread_pct"] == 100.0  # most blocks preempted: measured, but too noisy to trust
+    assert runs["r"].invocations == 9 and stats["r"]["count"] == 6 and stats["r"]["mean_ms"] == 1.0  # timed again
+    assert stats["r"]["spread_pct"] == 0.0
+
+
+def test_too_noisy_build_stops_in_one_line_and_keeps_what_was_measured(tmp_path, monkeypatch, capsys):
+    space, out = small_space(), tmp_path / "t.yaml"
+    original, timings = lut_build.time_models, []
+
+    def scripted(models, protocol, progress=None):  # the first resolution quiet, then every timing noisy
+        timings.append(len(models))
+        spread = 0.0 if len(timings) == 1 else 40.0
+        return {k: {**s, "spread_pct": spread} for k, s in original(models, protocol, progress).items()}
+
+    monkeypatch.setattr(lut_build, "time_models", scripted)
+    with pytest.raises(OFAError, match=r"too noisy to measure at 12 px: .*40\.0%, 40\.0%, 40\.0% .*--max-noise 5%"
+                                       r".*resolutions \[8\] kept") as info:
+        build_table(space, build(out, max_noise_pct=5.0))
+    assert "\n" not in str(info.value) and len(timings) == 1 + lut_build.NOISE_ATTEMPTS
+    doc = yaml.safe_load(out.read_text())
+    assert doc["meta"]["resolutions_done"] == [8] and not any(k.startswith("stem:in=12x12") for k in doc["entries"])
+    assert doc["meta"]["noise"]["per_resolution"] == {8: {"noise_pct": 0.0, "max_pct": 5.0, "attempts": 1}}
+
+    timings.append(0)  # from now on every timing is noisy: the CLI says so in one line and writes nothing
+    fresh = tmp_path / "fresh.yaml"
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump({"space": space.to_dict()}))
+    assert main(["lut", "build", "--space", str(space_file), "--out", str(fresh), "--repeats", "2", "--calls", "2",
+                 "--calibrate", "3", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "too noisy to measure at 8 px" in err and not fresh.exists()
+
+
+def test_interleaved_protocol_and_thread_clock_stay_available(tmp_path):
+    protocol = Interleaved(warmup=1, rounds=4, prime=1, calls=1, keep=0.5, trim=0.0)
+    table = build_table(small_space(resolutions=(8,)), build(tmp_path / "t.yaml", protocol=protocol))
+    assert table.meta["protocol"]["kind"] == "interleaved-rounds" and table.meta["clock"] == "thread-cpu-time"
+    assert protocol_from_dict(table.meta["protocol"]) == protocol
+    own = check_table(table, CheckConfig(n=2, protocol="table", progress=False))
+    assert own.summary["protocol"]["kind"] == "interleaved-rounds" and own.summary["clock"] == "thread-cpu-time"
+    user = check_table(table, CheckConfig(n=2, repeats=2, progress=False))  # judged as a user measures
+    assert user.summary["protocol"]["kind"] == "standalone" and user.summary["clock"] == "wall"
+    assert user.summary["protocol"]["blocks"] == 2
+    assert with_overrides(Standalone(), repeats=4, clock="thread").clock_name("cpu", 1) == "thread-cpu-time"
+    assert with_overrides(protocol, repeats=9).rounds == 9
+    with pytest.raises(OFAError, match=r"protocol.clock: 'auto' is not one of \['wall', 'thread'\]"):
+        with_overrides(Standalone(), clock="auto")
+    with pytest.raises(OFAError, match="kind: 'fastest' is not one of"):
+        protocol_from_dict({"kind": "fastest"})
+
+
+def test_export_measurement_is_standalone_whatever_built_the_table(space):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+    proto = onnx.load_from_string(export_onnx(model, (1, 3, 16, 16)))
+    table = synthetic_table(space)
+    interleaved = LatencyTable({**table.meta, "protocol": Interleaved().to_dict()}, table.entries)
+    latency = measure_latencies({"fp32": proto}, model, (1, 3, 16, 16), interleaved)["fp32"]
+    assert latency.source.startswith("standalone, wall clock, median of 7 blocks") and latency.samples == 7
+    fast = measure_latencies({"fp32": proto}, model, (1, 3, 16, 16), table)["fp32"]  # the table's own settings
+    assert fast.samples == FAST.blocks and fast.mean_ms > 0
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("standalone_latency", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_plain_loop_is_its_own_timer_around_session_run(monkeypatch):
+    bench = load_bench()
+    imported = {node.module for node in ast.walk(ast.parse(BENCH.read_text())) if isinstance(node, ast.ImportFrom)}
+    assert "search.latency" in imported and not imported & {"ofa.deploy.timing", "ofa.deploy.runtimes"}
+    now, durations, runs = [0.0], iter([1.0] * 3 + [0.002, 0.001, 0.009, 0.001, 0.003]), []
+
+    class Session:
+        def run(self, outputs, feed):
+            runs.append(feed)
+            now[0] += next(durations)
+
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    assert bench.plain_loop(Session(), {"x": 1}, warmup=3, calls=5) == pytest.approx(2.0)  # median of the 5, in ms
+    assert len(runs) == 8
+    monkeypatch.undo()
+    model = export_onnx(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3)), (1, 1, 8, 8))
+    assert bench.measure(model, 2, 10) > 0
+    rows = [{"predicted_ms": p, "measured_ms": 1.0} for p in (1.05, 0.92, 1.2, 0.7)]
+    assert bench.share_within(rows) == 50.0 and bench.share_within([]) is None
+
+
 def test_quiet_rounds_drop_busy_rounds_for_every_model():
     rng = np.random.default_rng(0)
     base = np.array([0.1, 1.0, 10.0])[:, None]
@@ -164,7 +333,7 @@ def test_quiet_rounds_drop_busy_rounds_for_every_model():
     samples = base * np.where(busy, 1.5, 1.0)[None, :] * (1 + 0.01 * rng.standard_normal((3, 40)))
     kept = quiet_rounds(samples, 0.5)
     assert not busy[kept].any()
-    stats = summarize({"a": samples[0], "b": samples[1], "c": samples[2]}, Protocol(keep=0.5, trim=0.1))
+    stats = summarize({"a": samples[0], "b": samples[1], "c": samples[2]}, Interleaved(keep=0.5, trim=0.1))
     np.testing.assert_allclose([stats[n]["mean_ms"] for n in "abc"], base[:, 0], rtol=0.02)
     assert trimmed_stats([1.0] * 8 + [100.0, 0.0], 0.1)["mean_ms"] == pytest.approx(1.0)
 
@@ -205,8 +374,8 @@ def test_two_subnet_space_builds_and_check_says_what_it_needs(tmp_path, capsys):
 def test_measure_onnx_times_an_exported_model(tmp_path):
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
     path = export_onnx(model, (1, 3, 16, 16), tmp_path / "m.onnx")
-    stats = measure_onnx(path, (1, 3, 16, 16), TimingConfig(protocol=Protocol(rounds=6, warmup=1)))
-    assert stats["mean_ms"] > 0 and stats["count"] == 3
+    stats = measure_onnx(path, (1, 3, 16, 16), TimingConfig(protocol=Standalone(blocks=5, calls=4, warmup=1)))
+    assert stats["mean_ms"] > 0 and stats["count"] == 5
     with pytest.raises(OFAError, match="not found"):
         measure_onnx(tmp_path / "nope.onnx", (1, 3, 16, 16))
     with pytest.raises(OFAError, match=r"input of shape \[1, 3, 9\]"):
@@ -261,23 +430,26 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     space_file.write_text(yaml.safe_dump({"space": small_space().to_dict()}))
     table_path, out = tmp_path / "tiny.yaml", tmp_path / "check"
     assert main(["lut", "build", "--space", str(space_file), "--out", str(table_path), "--repeats", "4",
-                 "--warmup", "1", "--calibrate", "3", "--quiet"]) == 0
+                 "--calls", "3", "--warmup", "1", "--calibrate", "3", "--max-noise", "1e6", "--quiet"]) == 0
     meta = LatencyTable.load(table_path).meta
     assert meta["command"].startswith("ofa lut build --space") and meta["complete"]
-    assert meta["protocol"]["rounds"] == 4 and meta["clock"] == "thread-cpu-time"
+    assert meta["protocol"]["kind"] == "standalone" and meta["clock"] == "wall"
+    assert meta["protocol"]["blocks"] == 4 and meta["protocol"]["calls"] == 3
+    assert set(meta["noise"]["per_resolution"]) == {8, 12} and "interquartile" in meta["noise"]["criterion"]
     capsys.readouterr()
     # subnets are loaded and timed in blocks (here of at most 5 models, the probes in each resolution's first)
     timed = []
-    original = lut_check.time_interleaved
+    original = lut_check.time_models
     monkeypatch.setattr(lut_check, "MAX_LOADED", 5)
-    monkeypatch.setattr(lut_check, "time_interleaved", lambda runners, *a: (timed.append(len(runners)),
-                                                                            original(runners, *a))[1])
+    monkeypatch.setattr(lut_check, "time_models", lambda runners, *a: (timed.append(len(runners)),
+                                                                      original(runners, *a))[1])
     assert main(["lut", "check", str(table_path), "--space", str(space_file), "--n", "4", "--repeats", "4",
                  "--out", str(out), "--json", "--quiet"]) == 0
     assert timed == [2 + lut_build.PROBES, 2] * 2
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 8 and set(summary["per_resolution"]) == {"8", "12"}
-    assert all(s["machine_drift"] > 0 for s in summary["per_resolution"].values())
+    assert all(s["machine_drift"] > 0 and s["noise_pct"] >= 0 for s in summary["per_resolution"].values())
+    assert summary["protocol"]["kind"] == "standalone" and summary["protocol"]["blocks"] == 4
     assert {"mape", "within_10pct", "spearman"} <= set(summary) and summary["mape"] >= 0
     rows = [json.loads(line) for line in (out / "check.jsonl").read_text().splitlines()]
     table = LatencyTable.load(table_path)

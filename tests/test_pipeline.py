@@ -10,13 +10,13 @@ from conftest import TINY_RECIPE as RECIPE
 
 from ofa.cli import main
 from ofa.deploy.lut_build import TableBuildConfig, build_table
-from ofa.deploy.timing import Protocol
+from ofa.deploy.timing import Standalone
 from ofa.errors import OFAError
 from ofa.io import read_yaml
 from ofa.pipeline import Pipeline, PipelineConfig, find_shipped_table
 from ofa.space import SearchSpace
 
-FAST = Protocol(warmup=1, rounds=4, prime=1, calls=1, keep=0.5, trim=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3)
 
 
 def run(cfg: PipelineConfig) -> tuple[dict, list[str], list[str]]:
@@ -28,7 +28,7 @@ def run(cfg: PipelineConfig) -> tuple[dict, list[str], list[str]]:
 def test_pipeline_end_to_end_and_resume(tmp_path):
     space = SearchSpace.from_dict(read_yaml(RECIPE)["space"])
     table = tmp_path / "table.yaml"
-    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=3, progress=False))
+    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=3, max_noise_pct=100.0, progress=False))
     out = tmp_path / "run"
     cfg = PipelineConfig(recipe=RECIPE, out=out, subnets=12, lut=table)
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_space
+from conftest import scalar_series, tiny_space
 
 from ofa.arch import Arch
 from ofa.cli import main
@@ -234,6 +234,13 @@ def test_cli_search(tmp_path, capsys):
         assert table.predict(space.validate(arch)) == pytest.approx(arch.extra["latency_ms"], abs=1e-4)
         assert arch.space == space.fingerprint()  # the arch file names the supernet's space
     assert (tmp_path / "out" / "pareto.png").is_file() and (tmp_path / "out" / "search.json").is_file()
+    board = scalar_series(tmp_path / "out" / "tensorboard")  # the per-generation curves, in TensorBoard too
+    assert sorted(board) == sorted(f"search/best_top1/{float(f'{t:.4f}'):g}ms" for t in (budget, budget * 1.3))
+    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    for t in (budget, budget * 1.3):
+        t = float(f"{t:.4f}")
+        expected = [r["best_top1"] for r in rows if r["target_ms"] == t]
+        assert len(expected) == 31 and board[f"search/best_top1/{t:g}ms"] == pytest.approx(expected, rel=1e-6)
 
     # impossible budget: one line with the smallest achievable latency, exit 2
     assert main([*args[:7], "--latency-ms", "0.001", "--out", str(tmp_path / "bad")]) == 2

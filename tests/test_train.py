@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY_RECIPE as TINY
+from conftest import scalar_series
 
 from ofa.cli import main
 from ofa.data import data_from_meta
@@ -73,6 +74,25 @@ def test_teacher_and_reorganized_channels_survive_in_checkpoints(run):
     assert not torch.equal(teacher.classifier.weight, net.classifier.weight)  # frozen after phase 1
 
 
+def test_tensorboard_holds_every_phases_corner_accuracy_loss_lr_noise_and_test(run):
+    recipe = load_recipe(TINY)
+    board = scalar_series(run / "tensorboard")  # read back with tensorboard's own event reader
+    for row in _rows(run, "eval"):
+        phase = recipe.phases[row["phase_index"]]
+        corners = eval_subnets(recipe.space, phase, recipe.eval.subnets)
+        assert set(row["subnets"]) == set(corners)
+        for name in corners:
+            assert board[f"val_top1/{phase.name}/{name}"] == pytest.approx([row["subnets"][name]["top1"]])
+    epochs = _rows(run, "epoch")
+    assert board["train/loss"] == pytest.approx([r["loss"] for r in epochs])
+    assert board["train/lr"] == pytest.approx([r["lr"] for r in epochs])
+    assert board["noise_scale/updates"] == [r["noise_scale"]["updates"] for r in epochs]
+    assert len(board["train/step_loss"]) == epochs[-1]["step"]
+    test = _rows(run, "test")[0]
+    assert {f"test_top1/{n}": [v["top1"]] for n, v in test["subnets"].items()} == {
+        k: pytest.approx(v) for k, v in board.items() if k.startswith("test_top1/")}
+
+
 def test_refuses_to_overwrite_a_run(run):
     with pytest.raises(OFAError, match="already holds a training run; pass --resume"):
         train(load_recipe(TINY), run)
@@ -126,9 +146,13 @@ def test_inplace_distillation_adamw_clipping_and_periodic_eval(tmp_path):
     recipe = load_recipe(TINY, ["distill.teacher=inplace", "optimizer.name=adamw", "phases.full.lr=0.01",
                                 "phases.depth.lr=0.005", "phases.expand.lr=0.005", "phases.expand.epochs=2",
                                 "optimizer.grad_clip=0.5", "eval.every=1", "schedule.micro_batches=1",
-                                "checkpoint.every_steps=0"])
+                                "checkpoint.every_steps=0", "checkpoint.safetensors=true", "logging.tensorboard=false"])
     path = train(recipe, tmp_path / "run")
     assert OFAMobileNetV3.load(path).meta["recipe"]["distill"]["teacher"] == "inplace"
+    same, torch_file = OFAMobileNetV3.load(path.with_suffix(".safetensors")), OFAMobileNetV3.load(path)
+    assert same.meta == torch_file.meta  # on request, the same supernet without pickle
+    assert all(torch.equal(a, b) for a, b in zip(same.state_dict().values(), torch_file.state_dict().values()))
+    assert not (tmp_path / "run" / "tensorboard").exists()
     epochs = _rows(tmp_path / "run", "epoch")
     assert all(r["noise_scale"] is None for r in epochs)  # one micro-batch, one process: nothing to compare
     assert all(math.isfinite(r["loss"]) for r in epochs)

@@ -12,12 +12,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export", help="export a searched subnet to ONNX, verified against PyTorch",
         description="Extract the subnet ARCH from the supernet, recalibrate its BN statistics on training images, "
                     "export it to ONNX and check it: onnx.checker, onnxruntime vs PyTorch parity (max |diff| <= 1e-4, "
-                    "same top-1), test-split accuracy and latency. Writes OUT (.onnx), OUT's .pt (static PyTorch "
-                    "model for ofa.load_subnet), .md (model card), .export.json (summary) and, with --int8, "
-                    ".int8.onnx.")
+                    "same top-1), test-split accuracy and latency. OUT=DIR writes a model folder for timm and the "
+                    "Hugging Face Hub: model.safetensors, config.json (timm's config + the arch), README.md (model "
+                    "card), model.onnx, model.export.json (summary) and, with --int8, model.int8.onnx. "
+                    "OUT=MODEL.onnx writes MODEL.onnx, MODEL.pt (for ofa.load_subnet), MODEL.md, MODEL.export.json "
+                    "(and .int8.onnx) and that model folder beside them as MODEL/.")
     p.add_argument("--supernet", required=True, metavar="CKPT", help="supernet file or training checkpoint")
     p.add_argument("--arch", metavar="ARCH.json", help="subnet to export (arch JSON, e.g. from `ofa search`)")
-    p.add_argument("--out", required=True, metavar="MODEL.onnx", help="output ONNX file")
+    p.add_argument("--out", required=True, metavar="DIR|MODEL.onnx",
+                   help="model folder, or ONNX file (with its model folder beside it)")
     p.add_argument("--calib-batches", type=int, default=20, metavar="N",
                    help="training batches for BN recalibration and INT8 calibration (0: keep the supernet's BN "
                         "statistics; default 20)")
@@ -68,5 +71,7 @@ def _print_result(r: Any) -> None:
             line += f"; table predicts {r.predicted_latency_ms:.3g} ms"
             line += f" ({100 * (lat.mean_ms / r.predicted_latency_ms - 1):+.1f}%)" if r.predicted_latency_ms else ""
         print(line)
-    written = [r.onnx_path, *([r.int8_path] if r.int8_path else []), r.subnet_path, r.card_path, r.summary_path]
-    print("  wrote " + ", ".join(str(w) for w in written))
+    if r.folder is not None and r.folder != r.onnx_path.parent:
+        written = [r.onnx_path, *([r.int8_path] if r.int8_path else []), r.subnet_path, r.card_path, r.summary_path]
+        print("  wrote " + ", ".join(str(w) for w in written))
+    print(f"  model folder (timm/Hub): {r.folder}")

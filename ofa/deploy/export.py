@@ -3,8 +3,9 @@
 extract the static timm subnet → recalibrate its BN statistics on training images → ONNX
 (`ofa.deploy.convert`) → ``onnx.checker`` full check → onnxruntime vs PyTorch parity on real and
 random inputs (`ofa.deploy.verify`) → test-split accuracy → optional INT8 (`ofa.deploy.quantize`)
-→ measured latency (`ofa.deploy.timing`) → metadata in the files → the static PyTorch subnet, a model
-card and a JSON summary next to the ``.onnx``.
+→ measured latency (`ofa.deploy.timing`) → metadata in the files → a model folder for timm and the Hub
+(`ofa.deploy.model_folder`: safetensors, timm's config.json, a Hub card, the ONNX models, the JSON summary);
+with ``--out MODEL.onnx`` also the static PyTorch subnet, a model card and the summary next to the ``.onnx``.
 
 Nothing is written unless every check passes: the files are built in a temporary folder beside
 the output and renamed into place at the end, so a failed export never clobbers a good one.
@@ -12,6 +13,7 @@ the output and renamed into place at the end, so a failed export never clobbers 
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import tempfile
@@ -24,12 +26,14 @@ import onnx
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
 
 from ofa.arch import Arch
 from ofa.bn import recalibrate_bn
 from ofa.data import data_from_meta, make_loader
 from ofa.deploy.convert import DEFAULT_OPSET, build_metadata, check_onnx, check_opset, set_metadata, to_onnx
 from ofa.deploy.model_card import render_model_card
+from ofa.deploy.model_folder import FOLDER_CARD, FOLDER_ONNX, FolderContent, folder_layout, write_model_folder
 from ofa.deploy.quantize import quantize_int8
 from ofa.deploy.result import ExportResult, Preprocessing
 from ofa.deploy.runtimes import OrtModel
@@ -38,7 +42,7 @@ from ofa.deploy.verify import PARITY_ATOL, Parity, ParityError, check_parity, ev
 from ofa.errors import OFAError, SpaceError
 from ofa.io import file_sha256, write_json, write_text
 from ofa.space import SearchSpace
-from ofa.subnet import count_macs, count_params, save_subnet
+from ofa.subnet import FOLDER_WEIGHTS, count_macs, count_params, save_subnet
 from ofa.supernet import OFAMobileNetV3
 from search.latency import LatencyTable
 
@@ -55,7 +59,7 @@ class ExportConfig:
     recorded; ``arch_source`` names the arch in error messages.
     """
 
-    out: Path
+    out: Path  # a folder (the model folder), or MODEL.onnx (today's files, the model folder beside as MODEL/)
     calib_batches: int = 20
     batch_size: int = 64
     int8: bool = False
@@ -69,10 +73,14 @@ class ExportConfig:
     checkpoint: Path | None = None
     arch_source: str = "arch"
 
+    @property
+    def onnx_path(self) -> Path:
+        folder, is_folder = folder_layout(self.out)
+        return folder / FOLDER_ONNX if is_folder else self.out
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))
-        if self.out.suffix != ".onnx":
-            raise OFAError(f"{self.out}: the output file must end with .onnx")
+        folder_layout(self.out)
         check_opset(self.opset)
         if self.calib_batches < 0 or self.batch_size < 1:
             raise OFAError("--calib-batches must be >= 0 and --batch-size >= 1")
@@ -122,8 +130,8 @@ def export_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any 
     ``data`` is a `ofa.data.DataBundle`: its train split recalibrates BN and calibrates INT8, its
     test split gives the real parity inputs and the accuracy; without it BN statistics stay the
     supernet's and only random inputs are checked. ``table`` (a `LatencyTable` of the supernet's
-    space): latency is measured with its backend, threads, batch and protocol and reported beside its
-    prediction; a fixed-batch model takes its batch size. Raises `OFAError` for an arch or table of
+    space): latency is measured standalone, as a user measures it, with the table's backend, threads
+    and batch, and reported beside its prediction; a fixed-batch model takes its batch size. Raises `OFAError` for an arch or table of
     another space and INT8 without data, and `ParityError` (writing nothing) when onnxruntime and
     PyTorch disagree.
     """
@@ -167,7 +175,9 @@ def _static_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any
     bn_batches = 0
     if data is not None and cfg.calib_batches > 0:
         calib = _loader(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed)
-        bn_batches = recalibrate_bn(model, calib, cfg.calib_batches, resolution=arch.resolution)
+        bar = tqdm(itertools.islice(calib, cfg.calib_batches), total=cfg.calib_batches, desc="BN recalibration",
+                   unit="batch", disable=not cfg.progress, leave=False)
+        bn_batches = recalibrate_bn(model, bar, cfg.calib_batches, resolution=arch.resolution)
         model.eval()
     return model, bn_batches
 
@@ -181,7 +191,7 @@ def _parity(model: nn.Module, runner: OrtModel, arch: Arch, space: SearchSpace, 
         batches = resized_batches(_loader(split, cfg.batch_size, False, cfg.seed), arch.resolution, cfg.parity_images)
         real = torch.cat([x for x, _ in batches])
     noise = torch.randn(cfg.parity_random, *shape, generator=torch.Generator().manual_seed(cfg.seed))
-    parity = check_parity(model, runner, real, noise)
+    parity = check_parity(model, runner, real, noise, progress=cfg.progress)
     if not parity.ok:
         raise ParityError(
             f"{cfg.out}: onnxruntime does not match PyTorch: max |logit diff| {parity.max_abs_diff:.3g} "
@@ -192,9 +202,11 @@ def _parity(model: nn.Module, runner: OrtModel, arch: Arch, space: SearchSpace, 
 
 def _new_result(model: nn.Module, arch: Arch, space: SearchSpace, cfg: ExportConfig, bn_batches: int,
                 parity: Parity, table: LatencyTable | None) -> ExportResult:
-    out = cfg.out
+    out = cfg.onnx_path
+    folder, is_folder = folder_layout(cfg.out)
     result = ExportResult(
-        onnx_path=out, subnet_path=out.with_suffix(".pt"), card_path=out.with_suffix(".md"),
+        onnx_path=out, subnet_path=folder / FOLDER_WEIGHTS if is_folder else out.with_suffix(".pt"),
+        card_path=folder / FOLDER_CARD if is_folder else out.with_suffix(".md"), folder=folder,
         summary_path=out.with_suffix(".export.json"), arch=arch, opset=cfg.opset, dynamic_batch=cfg.dynamic_batch,
         bn_batches=bn_batches, parity=parity, macs=count_macs(model, arch.resolution, space.in_channels),
         params=count_params(model), predicted_top1=_float(arch.extra.get("predicted_top1")),
@@ -226,9 +238,9 @@ def _int8(result: ExportResult, proto: onnx.ModelProto, runner: OrtModel, cfg: E
     resolution = result.arch.resolution
     calibration = _calibration_batches(data.train, runner.batch or cfg.batch_size, cfg.calib_batches * cfg.batch_size,
                                        resolution, cfg.seed)
-    int8_proto = quantize_int8(proto, calibration)
+    int8_proto = quantize_int8(proto, calibration, progress=cfg.progress)
     check_onnx(int8_proto, "INT8 model")
-    result.int8_path = cfg.out.with_suffix(".int8.onnx")
+    result.int8_path = result.onnx_path.with_suffix(".int8.onnx")
     if split is not None:
         loader = _loader(split, cfg.batch_size, False, cfg.seed)
         result.top1_int8, int8_preds = onnx_accuracy(OrtModel(int8_proto), loader, resolution, cfg.progress,
@@ -271,26 +283,32 @@ def _add_metadata(result: ExportResult, proto: onnx.ModelProto, int8_proto: onnx
 
 def _write_all(result: ExportResult, proto: onnx.ModelProto, int8_proto: onnx.ModelProto | None, model: nn.Module,
                space: SearchSpace, prep: Preprocessing) -> None:
-    """Write every file into a temp folder beside the output, then rename them all into place."""
+    """Write every file into a temp folder beside the output, then rename them all into place.
+
+    The model folder always; with ``--out MODEL.onnx`` also today's files beside it.
+    """
     subnet_meta = {"mean": prep.mean, "std": prep.std, "class_names": prep.class_names,
                    "supernet_sha256": result.supernet_sha256, "bn_recalibration_batches": result.bn_batches,
                    "top1": result.top1_fp32, "space_fingerprint": space.fingerprint()}
-    out = result.onnx_path
+    out, folder = result.onnx_path, result.folder
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out.stem}.", dir=out.parent) as tmp:
         staged: list[tuple[Path, Path]] = []
 
         def stage(target: Path) -> Path:
-            staged.append((Path(tmp) / target.name, target))
+            staged.append((Path(tmp) / f"{len(staged)}-{target.name}", target))
             return staged[-1][0]
 
-        onnx.save(proto, stage(result.onnx_path))
-        if int8_proto is not None and result.int8_path is not None:
-            onnx.save(int8_proto, stage(result.int8_path))
-        save_subnet(model, space, result.arch, stage(result.subnet_path), meta=subnet_meta)
-        write_text(stage(result.card_path), render_model_card(result, space, prep))
-        write_json(stage(result.summary_path), result.to_dict())
+        if folder != out.parent:
+            onnx.save(proto, stage(result.onnx_path))
+            if int8_proto is not None and result.int8_path is not None:
+                onnx.save(int8_proto, stage(result.int8_path))
+            save_subnet(model, space, result.arch, stage(result.subnet_path), meta=subnet_meta)
+            write_text(stage(result.card_path), render_model_card(result, space, prep))
+            write_json(stage(result.summary_path), result.to_dict())
+        write_model_folder(FolderContent(result, model, space, prep, proto, int8_proto), folder, stage)
         for src, dst in staged:
+            dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)
 
 
@@ -327,8 +345,9 @@ def load_arch_file(path: str | Path) -> Arch:
         raise OFAError(f"{path}: arch file not found")
     with path.open("rb") as fh:
         head = fh.read(4)
-    if head.startswith(b"PK") or head.startswith(b"\x80"):
-        raise OFAError(f"{path}: this is a PyTorch checkpoint, not an arch JSON; the supernet itself is not "
+    if head.startswith(b"PK") or head.startswith(b"\x80") or path.suffix == ".safetensors":
+        kind = "a safetensors weights file" if path.suffix == ".safetensors" else "a PyTorch checkpoint"
+        raise OFAError(f"{path}: this is {kind}, not an arch JSON; the supernet itself is not "
                        "exported (give the subnet's arch.json, e.g. from `ofa search`)")
     try:
         return Arch.load(path)

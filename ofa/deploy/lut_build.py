@@ -1,10 +1,15 @@
 """Build a latency table for this device: enumerate every layer config of a space and time it.
 
 One resolution at a time: every distinct layer config at that resolution, the empty model (first
-resolution only) and a few whole calibration subnets are loaded together and timed in the same
-interleaved rounds, so the correction fitted on the subnets sees the machine in the state the layers
-saw. After each resolution the table is rewritten atomically; an interrupted build resumes from the
-resolutions already done and never re-measures them.
+resolution only), a few whole calibration subnets and the drift probes are loaded together and timed
+in the same shuffled blocks (`ofa.deploy.timing`, standalone by default), so the correction fitted on
+the subnets sees the machine in the state the layers saw. After each resolution the table is rewritten
+atomically; an interrupted build resumes from the resolutions already done and never re-measures them.
+
+A resolution whose probes vary more than ``max_noise_pct`` between blocks (`NOISE_CRITERION`) is timed
+again, up to ``NOISE_ATTEMPTS`` times; still too noisy, the build stops with one line and writes
+nothing for it: a table never holds figures the machine could not measure. Each resolution's noise is
+recorded in ``meta.noise``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,15 @@ from ofa.arch import Arch
 from ofa.deploy.convert import DEFAULT_OPSET
 from ofa.deploy.layer_models import LayerModules, empty_runner, input_shape, subnet_runners
 from ofa.deploy.runtimes import Runner, backend_device, check_backend, make_runner, runtime_info
-from ofa.deploy.timing import Protocol, clock_name, time_interleaved
+from ofa.deploy.timing import (
+    DEFAULT_MAX_NOISE_PCT,
+    NOISE_CRITERION,
+    Protocol,
+    Standalone,
+    Stats,
+    noise_pct,
+    time_models,
+)
 from ofa.encoding import GeneLayout, sample_arch
 from ofa.errors import OFAError
 from ofa.io import read_yaml
@@ -32,6 +45,7 @@ from ofa.space import SearchSpace
 from search.latency import LatencyTable, save_table, space_from_arg
 
 PROBES = 3  # drift probe subnets per resolution
+NOISE_ATTEMPTS = 3  # timings of one resolution before the build gives up as too noisy
 DRAWS_PER_SUBNET = 100  # random draws allowed per distinct subnet wanted, before giving up
 # settings that must match for a build to resume an existing file
 RESUME_KEYS = ("backend", "threads", "batch", "dtype", "space_fingerprint", "protocol", "calibration_subnets",
@@ -47,8 +61,9 @@ class TableBuildConfig:
     resolutions: tuple[int, ...] | None = None  # default: the space's
     threads: int = 1
     batch: int = 1
-    protocol: Protocol = field(default_factory=Protocol)
+    protocol: Protocol = field(default_factory=Standalone)
     calibrate: int = 10  # whole subnets per resolution for the correction (0: none)
+    max_noise_pct: float = DEFAULT_MAX_NOISE_PCT  # probes' block-median spread above which a resolution fails
     seed: int = 0
     device: str | None = None  # name stored in meta (default: host name)
     command: str = ""  # the command line, stored in meta so an unfinished build can be resumed
@@ -61,6 +76,8 @@ class TableBuildConfig:
         if self.calibrate == 1 or self.calibrate < 0:
             raise OFAError(f"--calibrate: need 0 (no correction) or at least 2 subnets per resolution, "
                            f"got {self.calibrate}")
+        if not self.max_noise_pct > 0:
+            raise OFAError(f"--max-noise: expected a positive percentage, got {self.max_noise_pct}")
         if self.resolutions and min(self.resolutions) < 1:
             raise OFAError(f"--resolutions: expected positive integers, got {list(self.resolutions)}")
         object.__setattr__(self, "out", Path(self.out))
@@ -192,7 +209,7 @@ def _new_meta(space: SearchSpace, cfg: TableBuildConfig) -> dict[str, Any]:
         "batch": cfg.batch,
         "dtype": "float32",
         "protocol": cfg.protocol.to_dict(),
-        "clock": clock_name(cfg.protocol, backend_device(cfg.backend), cfg.threads),
+        "clock": cfg.protocol.clock_name(backend_device(cfg.backend), cfg.threads),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": cfg.command,
         "seed": cfg.seed,
@@ -204,6 +221,7 @@ def _new_meta(space: SearchSpace, cfg: TableBuildConfig) -> dict[str, Any]:
                        "formula": "predicted = scale * (overhead_ms + sum of entries) + offset",
                        "per_resolution": {}},
         "probes": {},
+        "noise": {"criterion": NOISE_CRITERION, "per_resolution": {}},
         "resolutions_done": [],
         "complete": False,
     }
@@ -243,8 +261,7 @@ def _measure_resolution(space: SearchSpace, r: int, modules: LayerModules, meta:
     if meta["overhead_ms"] is None and cfg.backend.startswith("ort"):
         extra["<empty>"] = empty_runner(cfg.backend, cfg.batch, cfg.threads)
     models = {**layers, **extra, **subnets, **probe_runners}
-    with tqdm(total=cfg.protocol.rounds, desc=f"time r={r} ({len(models)} models)", disable=not cfg.progress) as bar:
-        stats = time_interleaved(models, cfg.protocol, bar.update)
+    stats = _time_quietly(models, list(probe_runners) or list(subnets) or list(models), r, meta, cfg)
     meta.setdefault("probes", {})[r] = [{"arch": a.to_dict(), "measured_ms": round(stats[name]["mean_ms"], 6)}
                                         for a, name in zip(probes, probe_runners)]
     if meta["overhead_ms"] is None:
@@ -257,6 +274,29 @@ def _measure_resolution(space: SearchSpace, r: int, modules: LayerModules, meta:
     if archs:
         measured = [stats[name]["mean_ms"] for name in subnets]
         meta["correction"]["per_resolution"][r] = _correction(space, archs, entries, overhead, measured)
+
+
+def _time_quietly(models: Mapping[str, Runner], judged: Sequence[str], r: int, meta: dict[str, Any],
+                  cfg: TableBuildConfig) -> dict[str, Stats]:
+    """Time ``models`` until the ``judged`` ones (the probes) are quiet enough; record the noise in meta.
+
+    Raises `OFAError` (one line, nothing written for ``r``) after `NOISE_ATTEMPTS` noisy timings.
+    """
+    noise: list[float] = []
+    for attempt in range(1, NOISE_ATTEMPTS + 1):
+        desc = f"time r={r} ({len(models)} models{f', attempt {attempt}' if attempt > 1 else ''})"
+        with tqdm(total=cfg.protocol.repeats, desc=desc, disable=not cfg.progress) as bar:
+            stats = time_models(models, cfg.protocol, bar.update)
+        noise.append(round(noise_pct(stats, judged), 3))
+        if noise[-1] <= cfg.max_noise_pct:
+            record = meta.setdefault("noise", {"criterion": NOISE_CRITERION, "per_resolution": {}})
+            record["per_resolution"][r] = {"noise_pct": noise[-1], "max_pct": cfg.max_noise_pct, "attempts": attempt}
+            return stats
+    kept = meta["resolutions_done"]
+    raise OFAError(f"{cfg.out}: too noisy to measure at {r} px: probe block medians varied by "
+                   f"{', '.join(f'{n:.1f}%' for n in noise)} (interquartile range / median) in {NOISE_ATTEMPTS} "
+                   f"attempts, more than --max-noise {cfg.max_noise_pct:g}%; nothing written for {r} px"
+                   f"{f' (resolutions {kept} kept; rerun to resume)' if kept else ''}")
 
 
 def _correction(space: SearchSpace, archs: Sequence[Arch], entries: Mapping[str, Any], overhead: float,

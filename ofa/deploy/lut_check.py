@@ -1,8 +1,11 @@
-"""Judge a latency table against whole subnets measured on this device with the table's protocol.
+"""Judge a latency table against whole subnets measured on this device as a user measures them.
 
 Random subnets (never the table's calibration subnets) are built as timm models, exported to the table's
-backend and timed side by side in interleaved rounds; predicted and measured latencies are compared per
-resolution and overall (MAPE, share within ±10%, Spearman rank correlation).
+backend and timed standalone (`ofa.deploy.timing.Standalone`: each on its own, warm, wall clock; the
+table's settings when it was built that way): the latency its predictions are for, whatever protocol
+built it. ``protocol="table"`` repeats the table's own protocol instead. Predicted and measured
+latencies are compared per resolution and overall (MAPE, share within ±10%, Spearman rank correlation),
+and the measurement's own noise is reported per resolution (`ofa.deploy.timing.NOISE_CRITERION`).
 
 Memory stays bounded for any number of subnets: they are loaded and timed in blocks of at most
 ``MAX_LOADED`` models, and each block's sessions are released before the next is built.
@@ -17,6 +20,7 @@ which stay the verdict.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +33,21 @@ from tqdm import tqdm
 
 from ofa.arch import Arch
 from ofa.deploy.layer_models import subnet_runners
-from ofa.deploy.runtimes import check_backend
-from ofa.deploy.timing import Protocol, Stats, time_interleaved
+from ofa.deploy.runtimes import backend_device, check_backend
+from ofa.deploy.timing import (
+    DEFAULT_MAX_NOISE_PCT,
+    Protocol,
+    Standalone,
+    Stats,
+    noise_pct,
+    protocol_from_dict,
+    time_models,
+    with_overrides,
+)
 from ofa.encoding import GeneLayout, sample_arch
 from ofa.errors import OFAError
 from ofa.io import atomic_write, write_json, write_text
+from ofa.train.tracking import log_figures
 from search.latency import LatencyTable, space_from_arg
 
 matplotlib.use("Agg")
@@ -51,12 +65,18 @@ class CheckConfig:
     n: int = 50  # random subnets per resolution
     resolutions: tuple[int, ...] | None = None  # default: all of the table's
     seed: int = 0
-    repeats: int | None = None  # interleaved timing rounds (default: the table's protocol)
+    repeats: int | None = None  # blocks (standalone) or rounds (interleaved); default: the protocol's
+    protocol: str = "standalone"  # or "table": the table's own protocol
+    max_noise_pct: float = DEFAULT_MAX_NOISE_PCT  # above it a resolution is reported as too noisy to judge
     progress: bool = True
 
     def __post_init__(self) -> None:
         if self.n < 1:
             raise OFAError(f"--n: need at least 1 subnet, got {self.n}")
+        if not self.max_noise_pct > 0:
+            raise OFAError(f"--max-noise: expected a positive percentage, got {self.max_noise_pct}")
+        if self.protocol not in ("standalone", "table"):
+            raise OFAError(f"--protocol: expected standalone or table, got {self.protocol!r}")
 
 
 @dataclass
@@ -124,19 +144,23 @@ def _time_block(table: LatencyTable, archs: Sequence[Arch], probes: Sequence[Arc
     meta, space = table.meta, table.space
     runners = subnet_runners(space, archs, meta["backend"], meta["batch"], meta["threads"])
     probe_runners = subnet_runners(space, probes, meta["backend"], meta["batch"], meta["threads"])
-    stats = time_interleaved({**runners, **{f"<probe>{k}": v for k, v in probe_runners.items()}}, protocol, progress)
+    stats = time_models({**runners, **{f"<probe>{k}": v for k, v in probe_runners.items()}}, protocol, progress)
     return [stats[k] for k in runners], [stats[f"<probe>{k}"] for k in probe_runners]
 
 
 def _measure(table: LatencyTable, archs: Sequence[Arch], resolutions: Sequence[int], protocol: Protocol,
-             progress: bool) -> tuple[list[Stats], dict[int, float]]:
-    """Measured stats of every arch (in order) and the machine drift per resolution."""
+             progress: bool) -> tuple[list[Stats], dict[int, float], dict[int, float]]:
+    """Measured stats of every arch (in order), the machine drift and the noise per resolution.
+
+    The noise is judged on the probes (timed in each resolution's first block), or on the subnets of
+    that first block where the table has no probes.
+    """
     probes = {r: table.probes(r) for r in resolutions}
     plan = {r: _blocks([i for i, a in enumerate(archs) if a.resolution == r], len(probes[r])) for r in resolutions}
     measured: dict[int, Stats] = {}
-    drift = {}
+    drift, noise = {}, {}
     blocks = sum(len(b) for b in plan.values())
-    with tqdm(total=protocol.rounds * blocks, desc=f"time {len(archs)} subnets in {blocks} block(s)",
+    with tqdm(total=protocol.repeats * blocks, desc=f"time {len(archs)} subnets in {blocks} block(s)",
               disable=not progress) as bar:
         for r, (first, *rest) in plan.items():
             stats, probe_stats = _time_block(table, [archs[i] for i in first], [a for a, _ in probes[r]], protocol,
@@ -144,10 +168,19 @@ def _measure(table: LatencyTable, archs: Sequence[Arch], resolutions: Sequence[i
             measured.update(zip(first, stats))
             ratios = [s["mean_ms"] / then for s, (_, then) in zip(probe_stats, probes[r])]
             drift[r] = float(np.median(ratios)) if ratios else 1.0
+            judged = dict(enumerate(probe_stats or stats))
+            noise[r] = noise_pct(judged, list(judged))
             for block in rest:
                 measured.update(zip(block, _time_block(table, [archs[i] for i in block], [], protocol,
                                                        bar.update)[0]))
-    return [measured[i] for i in range(len(archs))], drift
+    return [measured[i] for i in range(len(archs))], drift, noise
+
+
+def check_protocol(table: LatencyTable, cfg: CheckConfig) -> Protocol:
+    """How the check times: standalone (the table's settings if it was built standalone) or the table's own."""
+    stored = protocol_from_dict(table.meta["protocol"], f"{table.source}: meta.protocol")
+    protocol = stored if cfg.protocol == "table" or isinstance(stored, Standalone) else Standalone()
+    return with_overrides(protocol, repeats=cfg.repeats)
 
 
 def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
@@ -158,11 +191,10 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
     """
     meta = table.meta
     check_backend(meta["backend"])
-    protocol = Protocol.from_dict(meta["protocol"], f"{table.source}: meta.protocol").with_overrides(
-        rounds=cfg.repeats)
+    protocol = check_protocol(table, cfg)
     resolutions = list(cfg.resolutions or table.space.resolutions)
     archs = sample_check_archs(table, resolutions, cfg.n, cfg.seed)
-    stats, drift = _measure(table, archs, resolutions, protocol, cfg.progress)
+    stats, drift, noise = _measure(table, archs, resolutions, protocol, cfg.progress)
     rows = []
     for arch, s in zip(archs, stats):
         predicted, measured = table.predict(arch), s["mean_ms"]
@@ -179,8 +211,12 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
 
     summary: dict[str, Any] = judge(rows)
     summary["per_resolution"] = {r: {**judge([x for x in rows if x["resolution"] == r]),
-                                     "machine_drift": round(drift[r], 4)} for r in resolutions}
+                                     "machine_drift": round(drift[r], 4), "noise_pct": round(noise[r], 3)}
+                                 for r in resolutions}
+    summary["too_noisy"] = [r for r in resolutions if noise[r] > cfg.max_noise_pct]
+    summary["max_noise_pct"] = cfg.max_noise_pct
     summary["protocol"] = protocol.to_dict()
+    summary["clock"] = protocol.clock_name(backend_device(meta["backend"]), int(meta["threads"]))
     return CheckResult(rows, summary)
 
 
@@ -200,6 +236,8 @@ def check_table_file(table_path: Path, cfg: CheckConfig, space: str | None = Non
     summary = {"table": str(table_path), **result.summary}
     summary_path = write_json(out / "summary.json", summary)
     plot = plot_check(result, out / "check.png", f"{table_path.stem}")
+    curves = {f"lut_check/{k}": [r[k] for r in result.rows] for k in ("predicted_ms", "measured_ms")}
+    log_figures(out / "tensorboard", curves, {}, lambda text: print(text, file=sys.stderr))  # TensorBoard too
     return CheckReport(result, summary, rows_path, summary_path, plot)
 
 

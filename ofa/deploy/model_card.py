@@ -130,7 +130,9 @@ def _files(result: ExportResult) -> list[str]:
                      "training images).")
     return [
         *lines,
-        f"- `{pt_name}`: the static PyTorch (timm MobileNetV3) model: `ofa.load_subnet('{pt_name}')`.",
+        f"- `{pt_name}`: the static PyTorch (timm MobileNetV3) model"
+        + (" as safetensors (timm's `state_dict`): `ofa.load_subnet('<this folder>')`."
+           if result.subnet_path.suffix == ".safetensors" else f": `ofa.load_subnet('{pt_name}')`."),
         f"- supernet checkpoint sha256: `{result.supernet_sha256 or 'unknown'}`; space fingerprint "
         f"`{result.space_fingerprint}`.",
         f"- arch: `{result.arch.to_json()}`",

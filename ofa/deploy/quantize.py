@@ -23,6 +23,7 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
+from tqdm import tqdm
 
 from ofa.errors import OFAError
 
@@ -30,16 +31,18 @@ from ofa.errors import OFAError
 class _BatchReader(CalibrationDataReader):
     """Feeds calibration batches (already shaped for the model's input) to the calibrator."""
 
-    def __init__(self, input_name: str, batches: Sequence[np.ndarray]) -> None:
+    def __init__(self, input_name: str, batches: Sequence[np.ndarray], bar: tqdm) -> None:
         self.input_name = input_name
         self.batches = batches
         self.position = 0
+        self.bar = bar
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         if self.position >= len(self.batches):
             return None
         batch = self.batches[self.position]
         self.position += 1
+        self.bar.update()
         return {self.input_name: np.ascontiguousarray(batch, dtype=np.float32)}
 
     def rewind(self) -> None:
@@ -47,11 +50,12 @@ class _BatchReader(CalibrationDataReader):
 
 
 def quantize_int8(model: onnx.ModelProto, calibration: Sequence[np.ndarray], *,
-                  per_channel: bool = True) -> onnx.ModelProto:
+                  per_channel: bool = True, progress: bool = False) -> onnx.ModelProto:
     """Return the INT8 (QDQ) version of ``model`` calibrated on ``calibration`` batches.
 
     Each batch must match the model's input shape (a static batch dimension included). The
     fp32 model's metadata_props are carried over; the caller adds what describes the quantization.
+    ``progress`` shows a bar over the calibration batches.
     """
     if not calibration:
         raise OFAError("INT8 quantization needs calibration images (none were given)")
@@ -60,12 +64,14 @@ def quantize_int8(model: onnx.ModelProto, calibration: Sequence[np.ndarray], *,
     quiet = logging.getLogger().level
     logging.getLogger().setLevel(logging.ERROR)
     try:
-        with tempfile.TemporaryDirectory(prefix="ofa-int8-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="ofa-int8-") as tmp, \
+                tqdm(total=len(calibration), desc="INT8 calibration", unit="batch", disable=not progress,
+                     leave=False) as bar:
             fp32, prepared, int8 = (Path(tmp) / name for name in ("fp32.onnx", "prepared.onnx", "int8.onnx"))
             onnx.save(model, fp32)
             quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
             quantize_static(
-                str(prepared), str(int8), _BatchReader(input_name, calibration),
+                str(prepared), str(int8), _BatchReader(input_name, calibration, bar),
                 quant_format=QuantFormat.QDQ, per_channel=per_channel,
                 activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                 calibrate_method=CalibrationMethod.MinMax,

@@ -15,11 +15,13 @@ from ofa.deploy.verify import Parity
 
 @dataclass(frozen=True)
 class Preprocessing:
-    """How to feed the model: per-channel mean and std of ``(pixel - mean) / std``, and the class names."""
+    """How to feed the model: per-channel mean and std of ``(pixel - mean) / std``, the class names, and the
+    name of the training data (the model card's dataset)."""
 
     mean: list[float] | None
     std: list[float] | None
     class_names: list[str]
+    dataset: str | None = None
 
     @classmethod
     def of(cls, net_meta: dict[str, Any], data: Any, num_classes: int) -> Preprocessing:
@@ -31,7 +33,10 @@ class Preprocessing:
             return None if v is None else [float(t) for t in np.asarray(v, dtype=np.float64).reshape(-1)]
 
         names = pick("class_names") or [str(i) for i in range(num_classes)]
-        return cls(floats(pick("mean")), floats(pick("std")), [str(n) for n in names])
+        recorded = net_meta.get("data") if isinstance(net_meta.get("data"), dict) else {}
+        dataset = recorded.get("name") or getattr(data, "name", None)
+        return cls(floats(pick("mean")), floats(pick("std")), [str(n) for n in names],
+                   str(dataset) if dataset else None)
 
 
 @dataclass
@@ -50,6 +55,7 @@ class ExportResult:
     macs: int
     params: int
     int8_path: Path | None = None
+    folder: Path | None = None  # the model folder (timm/Hub layout)
     top1_fp32: float | None = None
     top1_int8: float | None = None
     int8_top1_agreement: float | None = None

@@ -1,6 +1,6 @@
 """Inference backends: onnxruntime and torch, on CPU or CUDA, behind one small interface.
 
-A `Runner` holds one loaded model with a fixed input, for timing (see `ofa.deploy.timing`); an
+A `Runner` holds one loaded model with a fixed input and times each call (see `ofa.deploy.timing`); an
 `OrtModel` runs any number of real inputs through an exported model (parity, accuracy). Both open
 their onnxruntime session through `open_session`, so an unreadable model is one clear error.
 """
@@ -72,58 +72,57 @@ def open_session(model: str | Path | bytes, options: ort.SessionOptions, device:
 
 # --------------------------------------------------------------------------------- timing runners
 class Runner(ABC):
-    """One loaded model with a fixed input; ``timed(n, clock)`` returns the mean ms of ``n`` calls."""
+    """One loaded model with a fixed input; ``times(n)`` times each of ``n`` back-to-back calls."""
 
     device: str = "cpu"
     threads: int = 1
 
     @abstractmethod
-    def timed(self, calls: int, clock: Callable[[], int] = time.perf_counter_ns) -> float:
-        """Mean milliseconds of ``calls`` back-to-back calls, read on ``clock`` (nanoseconds)."""
+    def times(self, calls: int) -> tuple[np.ndarray, np.ndarray]:
+        """(wall ms, this thread's CPU ms) of each of ``calls`` back-to-back calls.
+
+        Where the two differ by more than the call's own work, the OS ran something else meanwhile.
+        """
+
+
+def _timed_calls(call: Callable[[], object], calls: int) -> tuple[np.ndarray, np.ndarray]:
+    """Wall and thread-CPU nanoseconds of each call; the wall reading sits tight around the call."""
+    wall, cpu = np.empty(calls), np.empty(calls)
+    for i in range(calls):
+        c0 = time.thread_time_ns()
+        t0 = time.perf_counter_ns()
+        call()
+        t1 = time.perf_counter_ns()
+        cpu[i] = time.thread_time_ns() - c0
+        wall[i] = t1 - t0
+    return wall / 1e6, cpu / 1e6
 
 
 class OrtRunner(Runner):
-    """An onnxruntime session with inputs and outputs bound once (no per-call allocation or copies)."""
+    """An onnxruntime session called as a user calls it: ``session.run`` on a NumPy input.
+
+    That includes what every call pays in a user's loop (binding the input, allocating the outputs),
+    so tables predict the latency a user measures, not a lower bound of it.
+    """
 
     def __init__(self, model: str | Path | bytes, input_shape: Sequence[int], threads: int = 1,
                  device: str = "cpu") -> None:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.log_severity_level = 3
-        self.session = open_session(model, opts, device)
+        self.session = open_session(model, session_options(threads), device)
         inputs = self.session.get_inputs()
         if len(inputs) != 1:
             raise OFAError(f"expected a model with one input, got {len(inputs)}")
         x = np.random.default_rng(0).standard_normal(tuple(input_shape)).astype(np.float32)
         self.device, self.threads = device, threads
-        self.binding = self.session.io_binding()
-        self._input = ort.OrtValue.ortvalue_from_numpy(x, device, 0)
-        self.binding.bind_ortvalue_input(inputs[0].name, self._input)
-        for out in self.session.get_outputs():
-            self.binding.bind_output(out.name, device)
+        self.feed = {inputs[0].name: x}
         try:
-            self.session.run_with_iobinding(self.binding)  # first call allocates the bound outputs
+            self.session.run(None, self.feed)
         except Exception as exc:  # e.g. an input shape the model does not take
             raise OFAError(f"model does not run on input of shape {list(input_shape)}: "
                            f"{str(exc).splitlines()[0]}") from None
-        outputs = self.binding.get_outputs()
-        for out, value in zip(self.session.get_outputs(), outputs):
-            self.binding.bind_ortvalue_output(out.name, value)
-        self._outputs = outputs
 
-    def timed(self, calls: int, clock: Callable[[], int] = time.perf_counter_ns) -> float:
-        run, binding = self.session.run_with_iobinding, self.binding
-        if self.device == "cuda":
-            binding.synchronize_inputs()
-        t0 = clock()
-        for _ in range(calls):
-            run(binding)
-        if self.device == "cuda":
-            binding.synchronize_outputs()
-        return (clock() - t0) / 1e6 / calls
+    def times(self, calls: int) -> tuple[np.ndarray, np.ndarray]:
+        run, feed = self.session.run, self.feed
+        return _timed_calls(lambda: run(None, feed), calls)
 
 
 class TorchRunner(Runner):
@@ -139,20 +138,31 @@ class TorchRunner(Runner):
         with torch.inference_mode():
             self.module(self.x)
 
-    def timed(self, calls: int, clock: Callable[[], int] = time.perf_counter_ns) -> float:
+    def times(self, calls: int) -> tuple[np.ndarray, np.ndarray]:
+        """CUDA: event times, reported as both clocks (the host thread's CPU time says nothing there)."""
         with torch.inference_mode():
             if self.device == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(calls):
+                events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                          for _ in range(calls)]
+                for start, end in events:
+                    start.record()
                     self.module(self.x)
-                end.record()
-                end.synchronize()
-                return start.elapsed_time(end) / calls
-            t0 = clock()
-            for _ in range(calls):
-                self.module(self.x)
-            return (clock() - t0) / 1e6 / calls
+                    end.record()
+                torch.cuda.synchronize()
+                ms = np.array([start.elapsed_time(end) for start, end in events])
+                return ms, ms
+            return _timed_calls(lambda: self.module(self.x), calls)
+
+
+def session_options(threads: int) -> ort.SessionOptions:
+    """The session settings every timing uses: ``threads`` intra-op threads, sequential, all optimizations."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    return opts
 
 
 def make_runner(backend: str, module: nn.Module | None, shape: Sequence[int], threads: int,

@@ -61,17 +61,18 @@ def eval_split(data: Any) -> Dataset | None:
 
 
 @torch.no_grad()
-def check_parity(model: nn.Module, runner: OrtModel, real: torch.Tensor, random: torch.Tensor) -> Parity:
+def check_parity(model: nn.Module, runner: OrtModel, real: torch.Tensor, random: torch.Tensor,
+                 progress: bool = False) -> Parity:
     """Same inputs through PyTorch and onnxruntime: max |logit diff| and top-1 agreement.
 
     A dynamic-batch model is run as one batch, in batches of 3 and one input at a time, so the
-    batch dimension is exercised too.
+    batch dimension is exercised too; ``progress`` shows a bar over those passes.
     """
     x = torch.cat([real, random]).float()
     expected = model.eval()(x).numpy()
     chunks = [runner.batch] if runner.batch else [len(x), 3, 1]
     diff, agree = 0.0, 1.0
-    for chunk in chunks:
+    for chunk in tqdm(chunks, desc="parity", unit="pass", disable=not progress, leave=False):
         got = runner(x.numpy(), chunk=chunk)
         diff = max(diff, float(np.abs(got - expected).max()))
         agree = min(agree, float((got.argmax(1) == expected.argmax(1)).mean()))

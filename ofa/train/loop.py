@@ -37,6 +37,7 @@ from ofa.train.plots import plot_training_curves
 from ofa.train.recipe import PhaseConfig, Recipe, load_recipe
 from ofa.train.resume import check_resume, check_same_space, prepare_run_folder
 from ofa.train.sampling import eval_subnets, step_seed, step_subnets
+from ofa.train.tracking import Tracker, open_tracker
 
 
 def train(recipe: Recipe, out_dir: str | Path, resume: bool = False) -> Path:
@@ -67,6 +68,7 @@ class MetricsLog:
     def __init__(self, path: Path, enabled: bool) -> None:
         self.path, self.enabled = path, enabled
         self.count = 0
+        self.tracker = Tracker()  # the same rows, as TensorBoard / W&B / MLflow figures
 
     def truncate(self, lines: int) -> None:
         if self.enabled:
@@ -82,6 +84,7 @@ class MetricsLog:
         if self.enabled:
             with self.path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
+            self.tracker.row(row)
 
 
 class Trainer:
@@ -156,14 +159,20 @@ class Trainer:
     # ------------------------------------------------------------------ run
     def run(self, resume: bool) -> Path:
         self._open_run_dir(resume)
-        phases = self.recipe.phases
-        for p in range(self.phase, len(phases)):
-            if self.epoch == 0 and self.step == 0:
-                self.begin_phase(p)
-            for epoch in range(self.epoch, phases[p].total_epochs):
-                self._train_epoch(p, epoch)
-                self._end_epoch(p, epoch)
-        return self._finish()
+        if self.env.is_main:
+            self.metrics.tracker = open_tracker(self.recipe.logging, self.out, self.recipe.to_dict(), self.global_step,
+                                                self.log)
+        try:
+            phases = self.recipe.phases
+            for p in range(self.phase, len(phases)):
+                if self.epoch == 0 and self.step == 0:
+                    self.begin_phase(p)
+                for epoch in range(self.epoch, phases[p].total_epochs):
+                    self._train_epoch(p, epoch)
+                    self._end_epoch(p, epoch)
+            return self._finish()
+        finally:
+            self.metrics.tracker.close()
 
     def _open_run_dir(self, resume: bool) -> None:
         state = None
@@ -216,6 +225,7 @@ class Trainer:
                 self.epoch_steps += 1
                 bar.update()
                 bar.set_postfix(loss=f"{loss:.3f}", lr=f"{self.last_lr:.3g}")
+                self.metrics.tracker.scalars({"train/step_loss": loss, "train/step_lr": self.last_lr}, self.global_step)
                 if every and self.global_step % every == 0 and self.step < self.steps_per_epoch:
                     self.save_checkpoint()
 
@@ -360,7 +370,10 @@ class Trainer:
         if self.env.is_main:
             self.metrics.write({"kind": "test", "split": "test", "step": self.global_step, "subnets": results,
                                 **summary, "elapsed_s": self.elapsed})
-            self.net.save(path, meta={**self.meta, "test": {n: v["top1"] for n, v in results.items()}})
+            meta = {**self.meta, "test": {n: v["top1"] for n, v in results.items()}}
+            self.net.save(path, meta=meta)
+            if self.recipe.checkpoint.safetensors:
+                self.net.save(path.with_suffix(".safetensors"), meta=meta)
             self.plot()
         self.log("test top-1: " + ", ".join(f"{k} ({v['name']}) {v['top1']:.2f}%" for k, v in summary.items())
                  + f"; supernet: {path}")

@@ -1,7 +1,7 @@
 """Training recipes: YAML in, a validated `Recipe` out, before any work starts.
 
 Sections: ``space`` (the search space), ``data``, ``optimizer``, ``schedule``, ``distill``,
-``phases`` (progressive shrinking, in order), ``eval``, ``checkpoint``, ``noise_scale``, plus the
+``phases`` (progressive shrinking, in order), ``eval``, ``checkpoint``, ``noise_scale``, ``logging``, plus the
 top-level ``seed``, ``device``, ``amp`` and ``channels_last``. An unknown key, a wrong type, a
 choice outside the space or a missing data root is an `OFAError` naming the file and the key.
 """
@@ -92,6 +92,17 @@ class EvalConfig:
 class CheckpointConfig:
     every_steps: int = 0  # also checkpoint every N optimizer steps (0: at epoch ends only)
     keep: int = 2  # newest checkpoints kept (>= 2: a damaged latest one always has a predecessor)
+    safetensors: bool = False  # also write supernet.safetensors (weights + JSON header, no pickle)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Where training figures go besides metrics.jsonl and the PNG plots (each only when installed)."""
+
+    tensorboard: bool = True  # event files in RUN/tensorboard (torch.utils.tensorboard)
+    wandb: bool = False  # Weights & Biases run in project `project`
+    mlflow: bool = False  # MLflow run in experiment `project` (MLFLOW_TRACKING_URI, default ./mlruns)
+    project: str = "ofa"
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,7 @@ class Recipe:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     noise_scale: NoiseScaleConfig = field(default_factory=NoiseScaleConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="recipe", compare=False)
 
     def to_dict(self) -> dict[str, Any]:

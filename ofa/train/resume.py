@@ -18,8 +18,8 @@ from ofa.errors import OFAError
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.recipe import Recipe
 
-# Recipe keys a resumed run may change ("x.*": every key under x). Logging keys added later belong here.
-RESUMABLE = ("eval.*", "checkpoint.keep", "data.num_workers", "data.root")
+# Recipe keys a resumed run may change ("x.*": x itself and every key under x). Logging keys belong here.
+RESUMABLE = ("eval.*", "checkpoint.keep", "checkpoint.safetensors", "data.num_workers", "data.root", "logging.*")
 
 
 def prepare_run_folder(out: str | Path, resume: bool) -> bool:
@@ -85,7 +85,7 @@ def check_resume(state: Mapping[str, Any], recipe: Recipe, world_size: int, chec
 
 def resumable(key: str) -> bool:
     """Whether a resumed run may change recipe key ``key`` (``eval.every``, ``phases[1].lr``...)."""
-    return any(key == p or (p.endswith(".*") and key.startswith(p[:-1])) for p in RESUMABLE)
+    return any(key == p or (p.endswith(".*") and (key == p[:-2] or key.startswith(p[:-1]))) for p in RESUMABLE)
 
 
 def _show(value: Any) -> str:

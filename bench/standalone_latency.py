@@ -1,0 +1,160 @@
+"""Do latency predictions match what a user measures? Predictions vs a plain standalone wall-clock loop.
+
+The loop is written here on its own, apart from the project's timing code (``ofa.deploy.timing``): one
+onnxruntime session with the settings tables are built with (1 intra-op thread, sequential, all graph
+optimizations), ``time.perf_counter`` around ``session.run``, 30 warm-up and 300 timed calls, the
+median. One model at a time, as a user benchmarks a model. Two groups:
+
+- demo: the models a pipeline run exported (default ``runs/digits/export``, every ``*.export.json``
+  there) against the latency their search predicted; skipped with one line when there are none;
+- mbv3: random mbv3 subnets (``--n`` per resolution, default 8 at 160 and 8 at 224 px) exported with
+  random weights, against a table built on this machine (default the shipped mbv3 table).
+
+One line per model, then (``--json``) a JSON object: the share within ±10% per group, MAPE, and whether
+the table was measured on this CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def plain_session(model: str | bytes) -> ort.InferenceSession:
+    """A CPU session as a user would open it for a 1-thread benchmark."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+
+def plain_loop(session: ort.InferenceSession, feed: dict[str, np.ndarray], warmup: int = 30,
+               calls: int = 300) -> float:
+    """Median milliseconds of ``calls`` timed ``session.run`` calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        session.run(None, feed)
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        session.run(None, feed)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def random_feed(session: ort.InferenceSession) -> dict[str, np.ndarray]:
+    """A batch-1 random input of the model's shape (a symbolic batch dimension becomes 1)."""
+    spec = session.get_inputs()[0]
+    shape = [d if isinstance(d, int) else 1 for d in spec.shape]
+    return {spec.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+
+
+def measure(model: str | bytes, warmup: int, calls: int) -> float:
+    session = plain_session(model)
+    return plain_loop(session, random_feed(session), warmup, calls)
+
+
+def demo_rows(folder: Path, warmup: int, calls: int) -> list[dict]:
+    """Exported models with the latency their search predicted, measured by the plain loop."""
+    rows = []
+    for summary_path in sorted(folder.rglob("*.export.json")):
+        summary = json.loads(summary_path.read_text())
+        onnx_path = summary_path.with_name(summary_path.name.removesuffix(".export.json") + ".onnx")
+        predicted = summary.get("predicted_latency_ms")
+        if predicted is None or not onnx_path.is_file():
+            continue
+        rows.append({"group": "demo", "model": str(onnx_path.relative_to(ROOT) if onnx_path.is_relative_to(ROOT)
+                                                   else onnx_path),
+                     "table": summary.get("table"), "predicted_ms": float(predicted),
+                     "measured_ms": measure(str(onnx_path), warmup, calls)})
+    return rows
+
+
+def mbv3_rows(table_path: Path, resolutions: list[int], n: int, seed: int, warmup: int, calls: int) -> list[dict]:
+    """Random subnets of the table's space, exported with random weights, predicted and measured."""
+    from ofa.deploy.convert import export_onnx
+    from ofa.encoding import sample_arch
+    from ofa.subnet import build_subnet
+    from search.latency import LatencyTable
+
+    table = LatencyTable.load(table_path)
+    space, rng = table.space, np.random.default_rng(seed)
+    rows = []
+    for r in resolutions:
+        for _ in range(n):
+            arch = sample_arch(space, rng, resolutions=[r])
+            model = export_onnx(build_subnet(space, arch).eval(), (1, space.in_channels, r, r))
+            rows.append({"group": f"mbv3-{r}", "model": arch.short(), "predicted_ms": table.predict(arch),
+                         "measured_ms": measure(model, warmup, calls)})
+    return rows
+
+
+def share_within(rows: list[dict], tolerance: float = 0.10) -> float | None:
+    errors = [abs(r["predicted_ms"] / r["measured_ms"] - 1) for r in rows]
+    return round(100 * float(np.mean([e <= tolerance for e in errors])), 1) if errors else None
+
+
+def mape(rows: list[dict]) -> float | None:
+    errors = [abs(r["predicted_ms"] / r["measured_ms"] - 1) for r in rows]
+    return round(100 * float(np.mean(errors)), 2) if errors else None
+
+
+def this_cpu() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--exports", type=Path, default=ROOT / "runs" / "digits" / "export",
+                        help="a pipeline run's export folder (default runs/digits/export)")
+    parser.add_argument("--table", type=Path, default=ROOT / "latency_tables" / "mbv3_ort-cpu_t1_b1.yaml")
+    parser.add_argument("--resolutions", type=int, nargs="+", default=[160, 224])
+    parser.add_argument("--n", type=int, default=8, help="random mbv3 subnets per resolution (default 8)")
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from search.latency import LatencyTable
+
+    demo = demo_rows(args.exports, args.warmup, args.calls) if args.exports.is_dir() else []
+    if not demo:
+        print(f"demo: no exported models with a predicted latency under {args.exports}; skipped "
+              f"(run `make demo` first)")
+    mbv3 = mbv3_rows(args.table, args.resolutions, args.n, args.seed, args.warmup, args.calls)
+    for row in demo + mbv3:
+        print(f"{row['group']:>9} predicted {row['predicted_ms']:8.4f} ms  plain loop {row['measured_ms']:8.4f} ms  "
+              f"{100 * (row['predicted_ms'] / row['measured_ms'] - 1):+6.1f}%  {row['model']}")
+    table_cpu = LatencyTable.load(args.table).meta.get("cpu")
+    result = {
+        "demo_n": len(demo), "demo_within_10pct": share_within(demo), "demo_mape": mape(demo),
+        "mbv3_n": len(mbv3), "mbv3_within_10pct": share_within(mbv3), "mbv3_mape": mape(mbv3),
+        **{f"mbv3_{r}_within_10pct": share_within([x for x in mbv3 if x["group"] == f"mbv3-{r}"])
+           for r in args.resolutions},
+        "table_measured_on_this_cpu": table_cpu == this_cpu(),
+        "loop": f"{args.warmup} warm-up + {args.calls} timed session.run calls, median, perf_counter",
+    }
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
