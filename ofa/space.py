@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from timm.layers import make_divisible
 
+from ofa import official_encoding
 from ofa.errors import SpaceError
 
 ACTIVATIONS = ("relu", "hswish")
@@ -199,6 +200,16 @@ class Arch:
             f"-k{''.join(map(str, self.kernels))}-e{''.join(map(str, self.expands))}"
         )
 
+    @classmethod
+    def from_ofa_config(cls, config: Mapping[str, Any], resolution: int | Sequence[int] | None = None,
+                        source: str = "ofa config") -> Arch:
+        """An official once-for-all subnet ``{"ks", "e", "d"}`` at ``resolution`` (int or ``[int]``)."""
+        return cls(*official_encoding.from_ofa_config(config, resolution, source))
+
+    def to_ofa_config(self) -> dict[str, Any]:
+        """The official once-for-all encoding ``{"ks", "e", "d", "r"}`` of this arch."""
+        return official_encoding.to_ofa_config(self.resolution, self.depths, self.kernels, self.expands)
+
 
 _SPACE_FIELDS = (
     "stages", "kernels", "expands", "depths", "resolutions", "stem_width", "stem_stride",
@@ -211,8 +222,8 @@ _SPACE_FIELDS = (
 class SearchSpace:
     """Elastic MobileNetV3 space: fixed skeleton plus kernel/expand/depth/resolution choices.
 
-    Widths are given at width multiplier 1 and rounded to multiples of 8 after scaling, as OFA does;
-    the feature width only grows with multipliers above 1.
+    Widths are given at width multiplier 1 and rounded to multiples of 8 after scaling, as OFA does
+    (the feature width included, for every multiplier).
     """
 
     stages: tuple[StageSpec, ...]
@@ -359,7 +370,8 @@ class SearchSpace:
 
     @property
     def feature_channels(self) -> int:
-        return self._scale(self.feature_width) if self.width_mult > 1.0 else self.feature_width
+        """Scaled by every multiplier, below 1 too, as the official OFAMobileNetV3 does (640 at 0.5)."""
+        return self._scale(self.feature_width)
 
     @property
     def num_stages(self) -> int:
