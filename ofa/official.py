@@ -10,6 +10,7 @@ any multiplier the official code builds round-trips without re-deriving its roun
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ def official_key_map(space: SearchSpace) -> dict[str, str]:
             out.update({pre + o: ours + u for o, u in _BLOCK.items() if stage.se or ".se." not in o})
             kernels = sorted(space.kernels, reverse=True)
             out.update({f"{pre}depth_conv.conv.{a}to{b}_matrix": f"{ours}conv_dw.transforms.{a}to{b}"
-                        for a, b in zip(kernels, kernels[1:])})
+                        for a, b in itertools.pairwise(kernels)})
     return out
 
 
@@ -129,7 +130,7 @@ def _kernel_set(state: Mapping[str, torch.Tensor], source: str) -> tuple[int, ..
     pairs = sorted((int(m[1]), int(m[2])) for k in state if k.startswith("blocks.1.conv.")
                    and (m := _MATRIX.match(k[len("blocks.1.conv."):])))
     kernels = sorted({big, *(b for _, b in pairs)}, reverse=True)
-    if pairs != sorted(zip(kernels, kernels[1:])):
+    if pairs != sorted(itertools.pairwise(kernels)):
         raise OFAError(f"{source}: kernel transform matrices {[f'{a}to{b}' for a, b in pairs]} do not form a "
                        f"chain from the {big}x{big} kernel")
     return tuple(sorted(kernels))

@@ -43,5 +43,6 @@ def run(args: argparse.Namespace) -> int:
     space = result.space
     print(f"wrote {result.out}: {result.tensors} tensors; stage widths {list(space.stage_channels)}, kernels "
           f"{list(space.kernels)}, expands {list(space.expands)}, depths {list(space.depths)}, "
-          f"{space.in_channels} input channels, {space.num_classes} classes, {space.count():.1e} subnets per resolution")
+          f"{space.in_channels} input channels, {space.num_classes} classes, "
+          f"{space.count():.1e} subnets per resolution")
     return 0
