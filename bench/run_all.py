@@ -40,6 +40,12 @@ BENCHMARKS: dict[str, tuple[list[str], str, list[str]]] = {
         ["-m", "ofa", "lut", "check", "latency_tables/mbv3_ort-cpu_t1_b1.yaml", "--resolutions", "160", "224",
          "--n", "10", "--json", "--quiet", "--out", "runs/bench/lut_check"],
     ),
+    "official_import": (
+        ["bench/official_import.py", "--json"],
+        "official OFA-MobileNetV3 checkpoints (w1.0 and w0.5 fixtures, 12 subnets each) imported: max abs "
+        "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5)",
+        ["bench/official_import.py", "--json"],
+    ),
     "ps_vs_scratch": (
         ["bench/ps_vs_scratch.py", "recipes/digits.yaml", "--json"],
         "test top-1 of 3 subnets: progressive shrinking vs the same subnet trained from scratch "
