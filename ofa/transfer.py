@@ -5,14 +5,18 @@ Both keep every other weight, so the elastic stages' ImageNet features carry ove
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 from timm.models import adapt_input_conv
 
 from ofa.errors import OFAError
-from ofa.supernet import OFAMobileNetV3
+from ofa.io import load_torch
+from ofa.space import SearchSpace
+from ofa.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
 
 
 def rehead(net: OFAMobileNetV3, num_classes: int, seed: int = 0) -> OFAMobileNetV3:
@@ -48,3 +52,39 @@ def fold_input_channels(net: OFAMobileNetV3, in_channels: int) -> OFAMobileNetV3
             meta[key] = [avg] * in_channels
     new.meta = meta
     return new
+
+
+# Space fields a recipe may change when it starts from a supernet file: the first two change no
+# weight, the last two are what `rehead` and `fold_input_channels` adapt.
+FREE_FIELDS = ("resolutions", "dropout")
+ADAPTED_FIELDS = ("num_classes", "in_channels")
+
+
+def read_supernet_space(path: str | Path) -> SearchSpace:
+    """The space stored in a supernet file or training checkpoint (to build a recipe around it)."""
+    obj = load_torch(path, "supernet file")
+    if obj.get("format") not in (SUPERNET_FORMAT, CHECKPOINT_FORMAT) or not isinstance(obj.get("space"), dict):
+        raise OFAError(f"{path}: not an ofa supernet file or training checkpoint (format={obj.get('format')!r}; "
+                       "official once-for-all checkpoints need `ofa import` first)")
+    return SearchSpace.from_dict(obj["space"], f"{path}:space")
+
+
+def derive_space(base: SearchSpace, overrides: Mapping[str, Any] | None, where: str = "space") -> SearchSpace:
+    """``base`` with the keys of ``overrides`` on top; only `FREE_FIELDS` and `ADAPTED_FIELDS` may change."""
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise OFAError(f"{where}: expected a mapping of space keys to change, got {overrides!r}")
+    merged = SearchSpace.from_dict({**base.to_dict(), **(overrides or {})}, where)
+    for f in fields(SearchSpace):
+        if f.name not in FREE_FIELDS + ADAPTED_FIELDS and getattr(merged, f.name) != getattr(base, f.name):
+            raise OFAError(f"{where}.{f.name}: differs from the starting supernet's; only "
+                           f"{', '.join(FREE_FIELDS + ADAPTED_FIELDS)} can change")
+    return merged
+
+
+def adapt_supernet(net: OFAMobileNetV3, space: SearchSpace, seed: int = 0) -> OFAMobileNetV3:
+    """``net`` fitted to ``space``: stem folded and/or classifier replaced where they differ."""
+    if space.in_channels != net.space.in_channels:
+        net = fold_input_channels(net, space.in_channels)
+    if space.num_classes != net.space.num_classes:
+        net = rehead(net, space.num_classes, seed)
+    return net
