@@ -29,7 +29,8 @@ def rehead(net: OFAMobileNetV3, num_classes: int, seed: int = 0) -> OFAMobileNet
     state = {k: v for k, v in net.state_dict().items() if not k.startswith("classifier.")}
     state.update({k: v for k, v in new.state_dict().items() if k.startswith("classifier.")})
     new.load_state_dict(state)
-    new.meta = {k: v for k, v in getattr(net, "meta", {}).items() if k != "class_names"}
+    # Until the whole supernet is trained again (which writes fresh meta), it cannot teach its subnets.
+    new.meta = {**{k: v for k, v in getattr(net, "meta", {}).items() if k != "class_names"}, "fresh_classifier": True}
     return new
 
 

@@ -51,7 +51,7 @@ def test_rehead_and_fold_keep_every_other_weight(source):
     net = OFAMobileNetV3.load(source)
     new = fold_input_channels(rehead(net, 4, seed=1), 1)
     assert (new.space.num_classes, new.space.in_channels) == (4, 1)
-    assert new.meta == {"mean": [pytest.approx(0.5)], "std": [pytest.approx(0.2)]}
+    assert new.meta == {"mean": [pytest.approx(0.5)], "std": [pytest.approx(0.2)], "fresh_classifier": True}
     kept = [k for k in net.state_dict() if not k.startswith(("classifier.", "conv_stem."))]
     assert all(torch.equal(new.state_dict()[k], net.state_dict()[k]) for k in kept)
     assert torch.allclose(new.conv_stem.weight, net.conv_stem.weight.sum(1, keepdim=True))

@@ -51,6 +51,11 @@ def _find_table(arg: str | None, arch: Any, arch_path: Path) -> Path | None:
 
 
 def _load_data(net: Any, ckpt: str) -> Any:
+    if not net.meta.get("data") and net.meta.get("bn_recalibration"):
+        print(f"WARNING: {ckpt} is an imported supernet that records no training images: this subnet keeps the "
+              "whole supernet's BN statistics and its accuracy WILL SUFFER. Fine-tune on your data first "
+              "(`ofa train` with init.supernet, or `ofa finetune`), which records the images for recalibration.",
+              file=sys.stderr)
     if not net.meta.get("data"):
         print(f"note: {ckpt} records no training data: BN statistics stay the supernet's, parity uses random inputs "
               "only and accuracy is not measured", file=sys.stderr)
