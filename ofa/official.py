@@ -22,7 +22,7 @@ import torch
 from ofa.errors import OFAError
 from ofa.io import file_sha256, load_torch
 from ofa.space import SearchSpace, StageSpec, mid_channels
-from ofa.supernet import OFAMobileNetV3
+from ofa.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
 from ofa.transfer import fold_input_channels, rehead
 
 # The paper's OFA-MobileNetV3 skeleton: what shapes cannot tell.
@@ -38,26 +38,32 @@ OFFICIAL_PREPROCESS = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.22
 
 _BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 # Elastic block (blocks.N, N >= 1): official canonical suffix → ours.
-_BLOCK = {"inverted_bottleneck.conv.weight": "conv_pw.weight", "depth_conv.conv.weight": "conv_dw.weight",
-          "point_linear.conv.weight": "conv_pwl.weight", "depth_conv.se.fc.reduce.weight": "se.conv_reduce.weight",
-          "depth_conv.se.fc.reduce.bias": "se.conv_reduce.bias", "depth_conv.se.fc.expand.weight":
-          "se.conv_expand.weight", "depth_conv.se.fc.expand.bias": "se.conv_expand.bias",
-          **{f"{o}.bn.{b}": f"{u}.{b}" for o, u in (("inverted_bottleneck", "bn1"), ("depth_conv", "bn2"),
-                                                     ("point_linear", "bn3")) for b in _BN}}
+_BLOCK = {
+    "inverted_bottleneck.conv.weight": "conv_pw.weight",
+    "depth_conv.conv.weight": "conv_dw.weight",
+    "point_linear.conv.weight": "conv_pwl.weight",
+    **{f"depth_conv.se.fc.{o}.{p}": f"se.conv_{o}.{p}" for o in ("reduce", "expand") for p in ("weight", "bias")},
+    **{f"{o}.bn.{b}": f"{u}.{b}" for o, u in (("inverted_bottleneck", "bn1"), ("depth_conv", "bn2"),
+                                               ("point_linear", "bn3")) for b in _BN},
+}
 _MATRIX = re.compile(r"^depth_conv\.conv\.(\d+)to(\d+)_matrix$")
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.conv\.(.+)$")
 
 
 def _fixed_map(final: int) -> dict[str, str]:
     """Official canonical key → ours for the parts every subnet runs (``final``: our final block index)."""
-    out = {"first_conv.conv.weight": "conv_stem.weight", "blocks.0.conv.depth_conv.conv.weight":
-           "blocks.0.0.conv_dw.weight", "blocks.0.conv.point_linear.conv.weight": "blocks.0.0.conv_pw.weight",
-           "final_expand_layer.conv.weight": f"blocks.{final}.0.conv.weight",
-           "feature_mix_layer.conv.weight": "conv_head.weight",
-           "classifier.linear.weight": "classifier.weight", "classifier.linear.bias": "classifier.bias"}
-    for official, ours in (("first_conv", "bn1"), ("blocks.0.conv.depth_conv", "blocks.0.0.bn1"),
-                           ("blocks.0.conv.point_linear", "blocks.0.0.bn2"), ("final_expand_layer",
-                                                                              f"blocks.{final}.0.bn1")):
+    out = {
+        "first_conv.conv.weight": "conv_stem.weight",
+        "blocks.0.conv.depth_conv.conv.weight": "blocks.0.0.conv_dw.weight",
+        "blocks.0.conv.point_linear.conv.weight": "blocks.0.0.conv_pw.weight",
+        "final_expand_layer.conv.weight": f"blocks.{final}.0.conv.weight",
+        "feature_mix_layer.conv.weight": "conv_head.weight",
+        "classifier.linear.weight": "classifier.weight",
+        "classifier.linear.bias": "classifier.bias",
+    }
+    bns = (("first_conv", "bn1"), ("blocks.0.conv.depth_conv", "blocks.0.0.bn1"),
+           ("blocks.0.conv.point_linear", "blocks.0.0.bn2"), ("final_expand_layer", f"blocks.{final}.0.bn1"))
+    for official, ours in bns:
         out.update({f"{official}.bn.{b}": f"{ours}.{b}" for b in _BN})
     return out
 
@@ -91,11 +97,11 @@ def official_key_map(space: SearchSpace) -> dict[str, str]:
 def read_official(path: str | Path) -> dict[str, torch.Tensor]:
     """The state dict of an official checkpoint, canonical names, floats as fp32 (fp16 files too)."""
     obj = load_torch(path, "official OFA checkpoint")
+    if obj.get("format") in (SUPERNET_FORMAT, CHECKPOINT_FORMAT):
+        raise OFAError(f"{path}: already an {obj['format']} file of this toolkit; load it directly, nothing to import")
     state = obj.get("state_dict", obj)
     if not isinstance(state, Mapping) or not state:
-        raise OFAError(f"{path}: no state_dict in the checkpoint (keys: {sorted(obj)[:5]})")
-    if obj.get("format") in ("ofa-supernet", "ofa-checkpoint"):
-        raise OFAError(f"{path}: already an {obj['format']} file of this toolkit; load it directly, nothing to import")
+        raise OFAError(f"{path}: no state_dict in the checkpoint (keys: {sorted(map(str, obj))[:5]})")
     bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
     if bad is not None:
         raise OFAError(f"{path}: not an OFA-MobileNetV3 checkpoint (entry {bad!r} is a "
