@@ -44,7 +44,7 @@ def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys):
     build_table(space, table, protocol=FAST, calibrate=2, progress=False)
     # A budget near the smallest subnet: at 32 px the last stages are 1x1, BN recalibrated there has
     # near-zero variances and amplifies float rounding in the largest subnets of these random weights.
-    budget = 1.2 * LatencyTable.load(table).for_space(space).predict(space.min_arch(32))
+    budget = 1.1 * LatencyTable.load(table).for_space(space).predict(space.min_arch(32))
     out = tmp_path / "run"
     lines: list[str] = []
     summary = Pipeline(PipelineConfig(recipe=recipe, out=out, subnets=10, calib_batches=1, lut=table,
