@@ -348,6 +348,13 @@ def read_metadata(model: onnx.ModelProto | str | Path) -> dict[str, Any]:
     return out
 
 
+def _preprocess(net: OFAMobileNetV3) -> dict[str, Any] | None:
+    """Resize/crop the weights expect, where the supernet records them (imported official ones do)."""
+    meta = getattr(net, "meta", {}) or {}
+    found = {k: meta[k] for k in ("interpolation", "crop_pct") if k in meta}
+    return found or None
+
+
 def _meta_defaults(net: OFAMobileNetV3, data: Any) -> tuple[list[float] | None, list[float] | None, list[str]]:
     meta = getattr(net, "meta", {}) or {}
     mean = getattr(data, "mean", None) if data is not None else meta.get("mean")
@@ -461,7 +468,7 @@ def export_subnet(net: OFAMobileNetV3, arch: Arch, out_path: str | Path, *, data
         "predicted_latency_ms": result.predicted_latency_ms, "latency_table": result.table,
         "macs": result.macs, "params": result.params, "bn_recalibration_batches": bn_batches,
         "top1_fp32": result.top1_fp32, "latency_ms_fp32": result.latency_fp32 and result.latency_fp32.mean_ms,
-        "parity_max_abs_diff": parity.max_abs_diff, "opset": opset,
+        "parity_max_abs_diff": parity.max_abs_diff, "opset": opset, "preprocess": _preprocess(net),
     }
     set_metadata(proto, build_metadata(space, arch, mean=mean, std=std, class_names=class_names,
                                        values={**values, "precision": "fp32"}))

@@ -71,3 +71,4 @@ def test_export_of_an_imported_subnet_carries_official_preprocessing_and_warns(t
     assert "accuracy WILL SUFFER" in capsys.readouterr().err
     meta = read_metadata(onnx.load(onnx_path))
     assert meta["mean"] == [0.485, 0.456, 0.406] and meta["std"] == [0.229, 0.224, 0.225]
+    assert meta["preprocess"] == {"interpolation": "bilinear", "crop_pct": 0.875}
