@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    space = SearchSpace.mbv3(num_classes=1000)
+    space = SearchSpace.mbv3()
     supernet = OFAMobileNetV3(space).train()
     x = torch.randn(args.batch, 3, args.resolution, args.resolution)
     y = torch.randint(0, 1000, (args.batch,))

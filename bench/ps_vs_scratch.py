@@ -25,10 +25,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ofa.data import build_data, make_loader, set_loader_epoch
+from ofa.arch import Arch
+from ofa.bn import resize
+from ofa.data import LoaderOptions, build_data, make_loader, set_loader_epoch
+from ofa.encoding import sample_arch
 from ofa.errors import OFAError
-from ofa.evaluate import evaluate, evaluate_arch, resize
-from ofa.space import Arch, SearchSpace
+from ofa.evaluate import evaluate, evaluate_arch
+from ofa.space import SearchSpace
 from ofa.subnet import build_subnet
 from ofa.supernet import OFAMobileNetV3
 from ofa.train import Recipe, load_recipe, train
@@ -43,7 +46,7 @@ def middle_arch(space: SearchSpace, seed: int = 0, candidates: int = 1000) -> Ar
     """A subnet halfway between the smallest and the largest, in log MACs (from seeded samples)."""
     target = math.sqrt(space.macs(space.min_arch()) * space.macs(space.max_arch()))
     rng = np.random.default_rng(seed)
-    archs = [space.sample(rng) for _ in range(candidates)]
+    archs = [sample_arch(space, rng) for _ in range(candidates)]
     return min(archs, key=lambda a: abs(math.log(space.macs(a) / target)))
 
 
@@ -56,7 +59,7 @@ def train_from_scratch(recipe: Recipe, arch: Arch, data, epochs: int, desc: str)
                            lr=first.lr)
     optimizer = build_optimizer(model, recipe.optimizer, first.lr)
     loader = make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed, drop_last=True,
-                         num_workers=recipe.data.num_workers)
+                         options=LoaderOptions(num_workers=recipe.data.num_workers))
     steps = len(loader)
     model.train()
     with tqdm(total=epochs * steps, desc=desc, unit="step", leave=False) as bar:

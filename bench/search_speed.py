@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ofa.encoding import GeneLayout
 from ofa.space import SearchSpace
 from search.dense import DenseCost
-from search.evolution import EvolutionConfig, run_search
+from search.evolution import EvolutionConfig, SearchConfig, run_search
 from search.predictor import AccuracyPredictor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +49,7 @@ def latency_model() -> tuple[SearchSpace, object, str]:
 def feasible_samples(space: SearchSpace, latency: object, budget: float, n: int, seed: int) -> np.ndarray:
     rng, found, total = np.random.default_rng(seed), [], 0
     while total < n:
-        rows = space.sample_genes(4 * n, rng)
+        rows = GeneLayout.of(space).sample(4 * n, rng)
         rows = rows[np.asarray(latency.predict_batch(rows)) <= budget]
         found.append(rows)
         total += len(rows)
@@ -67,12 +68,13 @@ def main() -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(args.seed)
         predictor = AccuracyPredictor(space, target_mean=75.0, target_std=5.0).eval()
-    rows = space.sample_genes(10_000, np.random.default_rng(args.seed + 1))
+    rows = GeneLayout.of(space).sample(10_000, np.random.default_rng(args.seed + 1))
     budget = args.latency_ms or float(np.percentile(latency.predict_batch(rows), 30))
 
-    run_search(space, predictor, latency, [budget], seed=args.seed + 1, config=EvolutionConfig(generations=3))  # warm
+    warm = SearchConfig([budget], seed=args.seed + 1, evolution=EvolutionConfig(generations=3))
+    run_search(space, predictor, latency, warm)
     start, cpu = time.perf_counter(), time.process_time()
-    result = run_search(space, predictor, latency, [budget], seed=args.seed)
+    result = run_search(space, predictor, latency, SearchConfig([budget], seed=args.seed))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     found = result.targets[0]
 

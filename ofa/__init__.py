@@ -1,8 +1,10 @@
 """ofa: train one elastic MobileNetV3 supernet, search a subnet per device, export it to ONNX."""
 
+from ofa.arch import Arch
 from ofa.bn import recalibrate_bn
 from ofa.errors import OFAError, SpaceError
-from ofa.space import Arch, LayerSpec, SearchSpace, StageSpec
+from ofa.layers import LayerSpec
+from ofa.space import SearchSpace, StageSpec
 from ofa.subnet import build_subnet, load_subnet, save_subnet
 from ofa.supernet import OFAMobileNetV3
 

@@ -1,7 +1,8 @@
 """Batch-norm recalibration: re-estimate running statistics for the active (sub)network.
 
 A subnet's BN statistics are not those of the supernet that trained it, so every evaluation of a
-subnet first recomputes them on a few training batches (OFA's ``set_running_statistics``).
+subnet first recomputes them on a few training batches (OFA's ``set_running_statistics``), with
+its images resized to the subnet's resolution (`resize`, shared with evaluation and training).
 """
 
 from __future__ import annotations
@@ -10,10 +11,16 @@ from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ofa.evaluate import resize
+
+def resize(x: torch.Tensor, resolution: int | None) -> torch.Tensor:
+    """Elastic resolution: bilinearly resize a batch to ``resolution`` (no-op if it already is)."""
+    if resolution is None or (x.shape[-1] == resolution and x.shape[-2] == resolution):
+        return x
+    return F.interpolate(x, size=(resolution, resolution), mode="bilinear", align_corners=False, antialias=True)
 
 
 @torch.no_grad()

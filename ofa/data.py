@@ -23,10 +23,14 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+import torchvision.datasets as tvd
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
+from torchvision.transforms import v2
 
+from ofa.config import ConfigError, parse_section, section_to_dict
 from ofa.errors import OFAError
-from ofa.train.schema import ConfigError, parse_section, section_to_dict
 
 BUILTIN_NAMES = ("digits", "synthetic", "imagefolder")
 STATS_SAMPLES = 1000  # images used to estimate mean/std when the recipe does not give them
@@ -132,8 +136,6 @@ def parse_data_config(value: Any, where: str = "data") -> DataConfig:
 
 
 def _torchvision_class(name: str) -> type | None:
-    import torchvision.datasets as tvd
-
     for attr in dir(tvd):
         obj = getattr(tvd, attr)
         if attr.lower() == name.lower() and isinstance(obj, type) and issubclass(obj, tvd.VisionDataset):
@@ -178,8 +180,6 @@ class ImageSplit(Dataset):
 def _transforms(augment: str, size: int, mean: Sequence[float], std: Sequence[float],
                 pil: bool) -> tuple[Callable, Callable]:
     """(train, eval) transforms; PIL sources are converted to float tensors in [0, 1] first."""
-    from torchvision.transforms import v2
-
     to_tensor = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)] if pil else []
     normalize = v2.Normalize(list(mean), list(std))
     resize = [v2.Resize((size, size), antialias=True)]
@@ -201,8 +201,6 @@ def _transforms(augment: str, size: int, mean: Sequence[float], std: Sequence[fl
 
 def _split(indices: np.ndarray, labels: np.ndarray | None, fraction: float, seed: int) -> tuple[np.ndarray, ...]:
     """Stratified (when labels allow it) seeded split into (keep, held_out)."""
-    from sklearn.model_selection import train_test_split
-
     strat = labels[indices] if labels is not None else None
     try:
         keep, held = train_test_split(indices, test_size=fraction, stratify=strat, random_state=seed)
@@ -227,8 +225,6 @@ def _stats(source: Dataset, indices: np.ndarray, to_tensor: Callable, seed: int)
 
 
 def _digits(cfg: DataConfig) -> tuple[TensorDataset, TensorDataset, list[str]]:
-    from sklearn.datasets import load_digits
-
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
     images = _upsample(images, cfg.image_size)
@@ -271,9 +267,7 @@ def _open_torchvision(cfg: DataConfig, where: str) -> tuple[Dataset, Dataset | N
     """Construct a torchvision dataset from disk: (train, test or None, class names or None)."""
     root = cfg.root
     if cfg.name == "imagefolder":
-        from torchvision.datasets import ImageFolder
-
-        open_ = ImageFolder
+        open_ = tvd.ImageFolder
         train_args: dict[str, Any] = {"root": os.path.join(root, cfg.train_split)}
         test_args = {"root": os.path.join(root, cfg.test_split)} if cfg.test_split else None
     else:
@@ -400,18 +394,32 @@ class ShardedBatchSampler(Sampler[list[int]]):
         return max(0, len(self._batches()) - self.start_batch)
 
 
-def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False,
-                num_workers: int = 0, rank: int = 0, world_size: int = 1, pin_memory: bool = False,
-                persistent_workers: bool = False) -> DataLoader:
-    """A DataLoader whose order depends only on (seed, epoch) and which holds this rank's shard.
+@dataclass(frozen=True)
+class LoaderOptions:
+    """How this process reads a dataset: its shard of every batch, and its worker processes.
 
     ``persistent_workers`` keeps worker processes between passes (evaluation loaders); workers
     hold a copy of the dataset, so only use it where the augmentation epoch never changes.
     """
+
+    rank: int = 0
+    world_size: int = 1
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+
+
+def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False,
+                options: LoaderOptions = LoaderOptions()) -> DataLoader:
+    """A DataLoader whose order depends only on (seed, epoch) and which holds this rank's shard.
+
+    See `ShardedBatchSampler` for how batches are cut and `set_loader_epoch` for epochs and resume.
+    """
+    o = options
     sampler = ShardedBatchSampler(len(dataset), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                                  rank=rank, world_size=world_size)
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
-                      persistent_workers=persistent_workers and num_workers > 0)
+                                  rank=o.rank, world_size=o.world_size)
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=o.num_workers, pin_memory=o.pin_memory,
+                      persistent_workers=o.persistent_workers and o.num_workers > 0)
 
 
 def set_loader_epoch(loader: DataLoader, epoch: int, start_batch: int = 0) -> None:

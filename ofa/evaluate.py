@@ -1,4 +1,4 @@
-"""Accuracy of a model or of one subnet of a supernet, at a given input resolution."""
+"""Accuracy of a model or of one subnet of a supernet (after BN recalibration), at a given input resolution."""
 
 from __future__ import annotations
 
@@ -9,12 +9,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-
-def resize(x: torch.Tensor, resolution: int | None) -> torch.Tensor:
-    """Elastic resolution: bilinearly resize a batch to ``resolution`` (no-op if it already is)."""
-    if resolution is None or (x.shape[-1] == resolution and x.shape[-2] == resolution):
-        return x
-    return F.interpolate(x, size=(resolution, resolution), mode="bilinear", align_corners=False, antialias=True)
+from ofa.arch import Arch
+from ofa.bn import recalibrate_bn, resize
 
 
 @torch.no_grad()
@@ -47,11 +43,9 @@ def evaluate(model: nn.Module, loader: Iterable, resolution: int | None = None,
     return {"top1": 100.0 * correct / count, "loss": loss / count, "count": int(totals[2].item())}
 
 
-def evaluate_arch(net: nn.Module, arch, calib_loader: Iterable, eval_loader: Iterable, calib_batches: int = 20,
+def evaluate_arch(net: nn.Module, arch: Arch, calib_loader: Iterable, eval_loader: Iterable, calib_batches: int = 20,
                   device: torch.device | str = "cpu", sync: bool = False) -> dict[str, float]:
     """Activate ``arch`` in a supernet, recalibrate its BN on training images, then evaluate it."""
-    from ofa.bn import recalibrate_bn
-
     net.set_active(arch)
     recalibrate_bn(net, calib_loader, calib_batches, device=device, resolution=arch.resolution, sync=sync)
     return evaluate(net, eval_loader, arch.resolution, device=device, sync=sync)

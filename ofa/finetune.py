@@ -21,19 +21,20 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from ofa.arch import Arch
+from ofa.bn import resize
+from ofa.config import ConfigError, apply_overrides, parse_fields, section_to_dict
 from ofa.data import DataBundle, DataConfig, build_data, make_loader, parse_data_config, set_loader_epoch
 from ofa.errors import OFAError, SpaceError
-from ofa.evaluate import evaluate, resize
+from ofa.evaluate import evaluate
 from ofa.io import file_sha256, read_json, read_yaml, write_yaml
-from ofa.space import Arch
 from ofa.subnet import save_subnet
 from ofa.supernet import OFAMobileNetV3
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distill import frozen_teacher, soft_cross_entropy
 from ofa.train.optim import build_optimizer, lr_at, set_lr
-from ofa.train.recipe import CheckpointConfig, OptimizerConfig, PhaseConfig, ScheduleConfig, apply_overrides
+from ofa.train.recipe import CheckpointConfig, OptimizerConfig, PhaseConfig, ScheduleConfig
 from ofa.train.sampling import step_seed
-from ofa.train.schema import ConfigError, parse_fields, section_to_dict
 
 
 @dataclass(frozen=True)

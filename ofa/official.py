@@ -21,7 +21,8 @@ import torch
 
 from ofa.errors import OFAError
 from ofa.io import file_sha256, load_torch
-from ofa.space import SearchSpace, StageSpec, mid_channels
+from ofa.layers import mid_channels
+from ofa.space import SearchSpace, StageSpec
 from ofa.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
 from ofa.transfer import fold_input_channels, rehead
 

@@ -4,8 +4,8 @@ The official code (mit-han-lab/once-for-all) names a subnet by ``set_active_subn
 d=...)``: slot ``i`` of ``ks``/``e`` is block ``i % max_depth`` of stage ``i // max_depth``, exactly
 our slot layout, so the conversion is a checked copy. Published specialized configs give the
 resolution as ``"r": [224]``; both that and a plain int are accepted. This module only parses
-values: `Arch.from_ofa_config` / `Arch.to_ofa_config` wrap it (no import of the space here, so the
-space module can use it without a cycle).
+values: `Arch.from_ofa_config` / `Arch.to_ofa_config` wrap it (it imports no `ofa.arch`, so
+`ofa.arch` can use it without a cycle).
 """
 
 from __future__ import annotations

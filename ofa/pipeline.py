@@ -1,8 +1,11 @@
 """The main job: train → latency table → predictor → search → export, each stage resumable.
 
-Every stage is the very ``ofa`` verb a user would run by hand, so the pipeline adds only what
-chaining needs: where each output goes, whether it is already there and still matches its
-inputs (recorded in ``OUT/pipeline.json`` as digests), and the closing summary.
+Every stage is one typed library call on what the pipeline already holds in memory (the recipe, the
+supernet and its data, the table, the predictor), so the pipeline adds only what chaining needs: where
+each output goes, whether it is already there and still matches its inputs (digests recorded in
+``OUT/pipeline.json``), the closing summary, and under ``torchrun`` which rank does what: every rank
+trains and measures its share of the predictor's subnets; rank 0 alone builds the table, fits, searches
+and exports, while the others wait.
 """
 
 from __future__ import annotations
@@ -11,178 +14,248 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import yaml
+import torch.distributed as dist
 
+from ofa.arch import Arch
+from ofa.data import DataBundle, data_from_meta
+from ofa.deploy.export import ExportConfig, export_subnet
+from ofa.deploy.lut_build import TableBuildConfig, build_table
+from ofa.deploy.runtimes import runtime_info
 from ofa.errors import OFAError
-from ofa.io import file_sha256, read_json, read_yaml, write_json, write_text
+from ofa.io import file_sha256, read_json, write_json, write_text
+from ofa.space import SearchSpace
+from ofa.supernet import OFAMobileNetV3
+from ofa.train import Recipe, load_recipe, train
+from ofa.train.distributed import DistEnv, process_group
+from search.collect import CollectConfig, collect
+from search.evolution import SearchConfig
+from search.find import search_device
+from search.fit import FitConfig, fit_predictor_file
+from search.latency import LatencyTable
+from search.predictor import AccuracyPredictor
 
 SHIPPED_TABLES = Path(__file__).resolve().parent.parent / "latency_tables"
 TARGET_FRACTIONS = (0.1, 0.35, 0.65, 1.0)  # of the way from the smallest to the largest subnet's latency
+T = TypeVar("T")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PipelineConfig:
+    """What `ofa pipeline` runs: the recipe (+ ``--set`` overrides) and the post-training settings."""
+
     recipe: Path
-    out: Path
-    overrides: list[str] = field(default_factory=list)
-    targets_ms: list[float] | None = None
+    out: Path | None = None  # default: runs/RECIPE_NAME
+    overrides: tuple[str, ...] = ()
+    targets_ms: tuple[float, ...] | None = None  # default: spread between the smallest and largest subnet
     subnets: int = 100
     calib_batches: int = 8
     lut: Path | None = None
     int8: bool = False
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.subnets < 10:
+            raise OFAError(f"--subnets must be at least 10 (the predictor needs three splits), got {self.subnets}")
+        if self.calib_batches < 1:
+            raise OFAError(f"--calib-batches must be at least 1, got {self.calib_batches}")
+        if self.targets_ms is not None and (not self.targets_ms or min(self.targets_ms) <= 0):
+            raise OFAError(f"--targets-ms must be positive, got {list(self.targets_ms)}")
+        object.__setattr__(self, "recipe", Path(self.recipe))
+        object.__setattr__(self, "out", Path(self.out) if self.out else Path("runs") / Path(self.recipe).stem)
 
-def digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+@dataclass
+class PipelineResult:
+    """The closing summary (rank 0; empty on other ranks) and the stages that ran (not skipped)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+    pareto: str = ""
+    ran: list[str] = field(default_factory=list)
+
+
+def digest(parts: Sequence[Any]) -> str:
+    """Short stable hash of a stage's inputs (file digests, settings)."""
+    return hashlib.sha256(json.dumps(list(parts), sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 class Pipeline:
     """Runs the stages in order; ``log`` receives one line per stage (ran, skipped, where)."""
 
-    def __init__(self, cfg: PipelineConfig, run_verb: Callable[[list[str]], int] | None = None,
-                 log: Callable[[str], None] = print) -> None:
-        self.cfg, self.out, self.log = cfg, cfg.out, log
-        self._run_verb = run_verb or _cli_verb
+    def __init__(self, cfg: PipelineConfig, log: Callable[[str], None] = print) -> None:
+        self.cfg, self.log = cfg, log
+        self.out = Path(cfg.out)  # PipelineConfig filled in the default
         self.state_path = self.out / "pipeline.json"
         self.state: dict[str, Any] = read_json(self.state_path, "pipeline state") if self.state_path.is_file() else {}
+        self.ran: list[str] = []
+        self.env = DistEnv.single_process()
 
     # ----------------------------------------------------------------- bookkeeping
-    def verb(self, stage: str, argv: Sequence[str]) -> None:
-        self.log(f"[{stage}] ofa {' '.join(map(str, argv))}")
-        if self._run_verb([str(a) for a in argv]) != 0:
-            raise OFAError(f"stage '{stage}' failed (see the message above); fix it and rerun the pipeline: "
-                           "finished stages are kept")
+    def stage(self, name: str, work: Callable[[], T]) -> T:
+        """Run one stage; its failure is reported as that stage's own one-line error."""
+        try:
+            return work()
+        except OFAError as exc:
+            raise OFAError(f"stage '{name}': {exc} (fix it and rerun the pipeline: finished stages are kept)") \
+                from None
 
-    def done(self, stage: str, key: str, *outputs: Path) -> bool:
+    def done(self, stage: str, key: str, outputs: Sequence[Path]) -> bool:
         if self.state.get(stage) == key and all(p.exists() for p in outputs):
             self.log(f"[{stage}] up to date, skipped")
             return True
+        self.log(f"[{stage}] running")
         return False
 
     def mark(self, stage: str, key: str) -> None:
+        self.ran.append(stage)
         self.state[stage] = key
-        write_json(self.state_path, self.state)
+        if self.env.is_main:
+            write_json(self.state_path, self.state)
 
     # ----------------------------------------------------------------- stages
-    def run(self) -> dict[str, Any]:
-        from ofa.supernet import OFAMobileNetV3
+    def run(self) -> PipelineResult:
+        recipe = load_recipe(self.cfg.recipe, list(self.cfg.overrides))
+        with process_group(recipe.device, timeout=timedelta(hours=24)) as env:
+            self.env = env
+            supernet = self.stage("train", lambda: self.train(recipe))
+            net = OFAMobileNetV3.load(supernet)
+            data = data_from_meta(net.meta)
+            acc = self.stage("collect", lambda: self.collect(net, data, supernet))
+            if env.distributed:
+                dist.barrier()
+            result = PipelineResult(ran=self.ran)
+            if env.is_main:
+                result = self.after_training(net, data, supernet, acc)
+            if env.distributed:
+                dist.barrier()  # the other ranks wait here while rank 0 finishes
+            return result
 
-        supernet = self.train()
-        space = OFAMobileNetV3.load(supernet).space
-        table = self.latency_table(supernet, space)
-        predictor = self.predictor(supernet)
-        search_dir = self.search(supernet, predictor, table, self.targets(space, table))
-        exports = self.export(supernet, table, search_dir)
+    def after_training(self, net: OFAMobileNetV3, data: DataBundle, supernet: Path, acc: Path) -> PipelineResult:
+        """Rank 0's stages: table, predictor, search, export, summary."""
+        space = net.space
+        table_path, table = self.stage("lut", lambda: self.latency_table(space))
+        predictor, predictor_path = self.stage("fit", lambda: self.fit(acc))
+        targets = self.targets(table)
+        search_dir = self.stage("search", lambda: self.search(space, predictor, predictor_path, table_path, targets))
+        exports = self.stage("export", lambda: self.export(net, data, supernet, (table_path, table), search_dir))
         return self.summarize(exports, search_dir)
 
-    def train(self) -> Path:
-        from ofa.train import load_recipe
-
-        recipe = yaml.safe_load(yaml.safe_dump(load_recipe(self.cfg.recipe, self.cfg.overrides).to_dict()))
+    def train(self, recipe: Recipe) -> Path:
         supernet = self.out / "supernet.pt"
-        stored = self.out / "recipe.yaml"
-        if stored.is_file() and read_yaml(stored, "resolved recipe") != recipe:
-            raise OFAError(f"{self.out}: holds a run of a different recipe (see {stored}); "
-                           "choose another --out or remove that folder")
-        key = digest(recipe)
-        if not self.done("train", key, supernet):
-            argv = ["train", self.cfg.recipe, "--out", self.out]
-            argv += [a for o in self.cfg.overrides for a in ("--set", o)]
-            if (self.out / "checkpoints").is_dir() or supernet.exists():
-                argv.append("--resume")
-            self.verb("train", argv)
+        start = [file_sha256(recipe.init.supernet)] if recipe.init.supernet else []  # a new start file: train again
+        key = digest([recipe.to_dict(), *start])
+        if not self.done("train", key, [supernet]):
+            train(recipe, self.out, resume=(self.out / "checkpoints").is_dir() or supernet.exists())
             self.mark("train", key)
         return supernet
 
-    def latency_table(self, supernet: Path, space: Any) -> Path:
+    def collect(self, net: OFAMobileNetV3, data: DataBundle, supernet: Path) -> Path:
+        acc = self.out / "acc.jsonl"
+        key = digest([file_sha256(supernet), self.cfg.subnets, self.cfg.calib_batches, self.cfg.seed])
+        if not self.done("collect", key, [acc]):
+            cfg = CollectConfig(n=self.cfg.subnets, seed=self.cfg.seed, calib_batches=self.cfg.calib_batches,
+                                repeat_split=True, supernet=str(supernet))
+            collect(net, data, acc, cfg, self.env)
+            self.mark("collect", key)
+        return acc
+
+    def latency_table(self, space: SearchSpace) -> tuple[Path, LatencyTable]:
         if self.cfg.lut is not None:
-            _load_table_for(self.cfg.lut, space)
             self.log(f"[lut] using {self.cfg.lut} (given)")
-            return self.cfg.lut
+            return self.cfg.lut, LatencyTable.load(self.cfg.lut).for_space(space)
         shipped = find_shipped_table(space)
         if shipped is not None:
             self.log(f"[lut] reusing shipped table {shipped} (same space, backend and CPU)")
-            return shipped
-        table = self.out / "latency_table.yaml"
-        key = digest(space.fingerprint(), "ort-cpu", 1, 1)
-        if not self.done("lut", key, table):
-            self.verb("lut", ["lut", "build", "--space", supernet, "--backend", "ort-cpu", "--threads", 1,
-                              "--batch", 1, "--out", table])
+            return shipped, LatencyTable.load(shipped).for_space(space)
+        path = self.out / "latency_table.yaml"
+        key = digest([space.fingerprint(), "ort-cpu", 1, 1])
+        if not self.done("lut", key, [path]):
+            build_table(space, TableBuildConfig(out=path, backend="ort-cpu", threads=1, batch=1,
+                                                command=f"ofa pipeline {self.cfg.recipe}"))
             self.mark("lut", key)
-        return table
+        return path, LatencyTable.load(path).for_space(space)
 
-    def predictor(self, supernet: Path) -> Path:
-        acc, predictor = self.out / "acc.jsonl", self.out / "predictor.pt"
-        key = digest(file_sha256(supernet), self.cfg.subnets, self.cfg.calib_batches, self.cfg.seed)
-        if not self.done("collect", key, acc):
-            self.verb("collect", ["predictor", "collect", supernet, "--n", self.cfg.subnets, "--out", acc,
-                                  "--calib-batches", self.cfg.calib_batches, "--seed", self.cfg.seed,
-                                  "--repeat-split"])
-            self.mark("collect", key)
-        key = digest(file_sha256(acc), self.cfg.seed)
-        if not self.done("fit", key, predictor):
-            self.verb("fit", ["predictor", "fit", acc, "--out", predictor, "--seed", self.cfg.seed])
-            self.mark("fit", key)
-        return predictor
+    def fit(self, acc: Path) -> tuple[AccuracyPredictor, Path]:
+        path = self.out / "predictor.pt"
+        key = digest([file_sha256(acc), self.cfg.seed])
+        if self.done("fit", key, [path]):
+            return AccuracyPredictor.load(path), path
+        result, _ = fit_predictor_file(acc, path, FitConfig(seed=self.cfg.seed))
+        self.log(f"[fit] {result.report.summary()}")
+        self.mark("fit", key)
+        return result.predictor, path
 
-    def targets(self, space: Any, table: Path) -> list[float]:
+    def targets(self, table: LatencyTable) -> list[float]:
         """Latency budgets spread between the smallest and the largest subnet on this table."""
         if self.cfg.targets_ms:
             return list(self.cfg.targets_ms)
-        bound = _load_table_for(table, space)
-        lo = min(bound.predict(bound.space.min_arch(r)) for r in bound.space.resolutions)
-        hi = max(bound.predict(bound.space.max_arch(r)) for r in bound.space.resolutions)
+        space = table.space
+        lo = min(table.predict(space.min_arch(r)) for r in space.resolutions)
+        hi = max(table.predict(space.max_arch(r)) for r in space.resolutions)
         return [float(f"{lo + f * (hi - lo):.4g}") for f in TARGET_FRACTIONS]
 
-    def search(self, supernet: Path, predictor: Path, table: Path, targets: list[float]) -> Path:
+    def search(self, space: SearchSpace, predictor: AccuracyPredictor, predictor_path: Path, table_path: Path,
+               targets: list[float]) -> Path:
         folder = self.out / "search"
-        key = digest(file_sha256(supernet), file_sha256(predictor), file_sha256(table), targets, self.cfg.seed)
-        if not self.done("search", key, folder / "search.json"):
-            self.verb("search", ["search", "--supernet", supernet, "--predictor", predictor, "--lut", table,
-                                 "--latency-ms", *targets, "--out", folder, "--seed", self.cfg.seed])
+        key = digest([file_sha256(predictor_path), file_sha256(table_path), space.fingerprint(), targets,
+                      self.cfg.seed])
+        if not self.done("search", key, [folder / "search.json"]):
+            table = LatencyTable.load(table_path)
+            result, note = search_device(space, predictor, table, SearchConfig(tuple(targets), seed=self.cfg.seed))
+            if note:
+                self.log(f"[search] note: {note}")
+            result.meta.update(predictor=str(predictor_path))
+            result.save(folder, lut=str(table_path), space=space)
             self.mark("search", key)
         return folder
 
-    def export(self, supernet: Path, table: Path, search_dir: Path) -> list[Path]:
+    def export(self, net: OFAMobileNetV3, data: DataBundle, supernet: Path, table: tuple[Path, LatencyTable],
+               search_dir: Path) -> list[Path]:
         summary = read_json(search_dir / "search.json", "search summary")
-        folder = self.out / "export"
-        inputs = (file_sha256(supernet), file_sha256(table), self.cfg.int8, self.cfg.seed)
+        table_path, bound = table
+        inputs = [file_sha256(supernet), file_sha256(table_path), self.cfg.int8, self.cfg.seed]
         results = []
         for target in summary["targets"]:
             name = f"arch_{target['target_ms']:g}ms"
             arch_file = search_dir / f"{name}.json"
-            onnx = folder / f"{name}.onnx"
+            onnx = self.out / "export" / f"{name}.onnx"
             result = onnx.with_suffix(".export.json")
-            key = digest(file_sha256(arch_file), *inputs)
-            if not self.done(f"export {name}", key, onnx, result):
-                argv = ["export", "--supernet", supernet, "--arch", arch_file, "--out", onnx, "--lut", table,
-                        "--seed", self.cfg.seed]
-                self.verb(f"export {name}", [*argv, "--int8"] if self.cfg.int8 else argv)
+            key = digest([file_sha256(arch_file), *inputs])
+            if not self.done(f"export {name}", key, [onnx, result]):
+                cfg = ExportConfig(out=onnx, int8=self.cfg.int8, seed=self.cfg.seed, checkpoint=supernet,
+                                   arch_source=str(arch_file))
+                export_subnet(net, Arch.load(arch_file), cfg, data=data, table=bound)
                 self.mark(f"export {name}", key)
             results.append(result)
         return results
 
-    def summarize(self, exports: list[Path], search_dir: Path) -> dict[str, Any]:
+    def summarize(self, exports: list[Path], search_dir: Path) -> PipelineResult:
         rows = [summary_row(read_json(p, "export summary"), p) for p in exports]
         table = format_summary(rows)
         pngs = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*.png"))
-        doc = {"rows": rows, "plots": pngs, "pareto": str(search_dir / "pareto.png")}
-        write_json(self.out / "summary.json", doc)
+        result = PipelineResult(rows, pngs, str(search_dir / "pareto.png"), self.ran)
+        write_json(self.out / "summary.json", {"rows": rows, "plots": pngs, "pareto": result.pareto})
         write_text(self.out / "summary.md", "# Pipeline summary\n\n" + table + "\n\nPlots: "
                    + ", ".join(pngs) + "\n")
         self.log("\n" + table)
         self.log(f"\nplots: {', '.join(pngs)}\nsummary: {self.out / 'summary.md'}")
-        return doc
+        return result
+
+
+def run_pipeline(cfg: PipelineConfig, log: Callable[[str], None] = print) -> PipelineResult:
+    """`ofa pipeline`: every stage from the recipe to verified ONNX models; a rerun continues where it stopped.
+
+    Raises ``OFAError`` naming the failing stage (bad recipe, unreadable table, unreachable budget...).
+    """
+    return Pipeline(cfg, log).run()
 
 
 def summary_row(result: dict[str, Any], source: Path) -> dict[str, Any]:
-    """One line of the closing table from an ``<name>.export.json`` written by ``ofa export``."""
-    from ofa.space import Arch
-
+    """One line of the closing table from an ``<name>.export.json`` written by the export."""
     arch = Arch.from_dict(result["arch"], str(source))
     latency = result.get("latency_fp32") or {}
     return {
@@ -216,14 +289,12 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def find_shipped_table(space: Any, folder: Path = SHIPPED_TABLES) -> Path | None:
+def find_shipped_table(space: SearchSpace, folder: Path = SHIPPED_TABLES) -> Path | None:
     """A shipped ort-cpu, 1-thread, batch-1 table measured on this CPU that covers ``space``."""
-    from search.measure import runtime_info
-
     cpu = runtime_info("ort-cpu").get("cpu")
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
         try:
-            table = _load_table_for(path, space)
+            table = LatencyTable.load(path).for_space(space)
         except OFAError:
             continue
         meta = table.meta
@@ -233,13 +304,3 @@ def find_shipped_table(space: Any, folder: Path = SHIPPED_TABLES) -> Path | None
     return None
 
 
-def _load_table_for(path: Path, space: Any) -> Any:
-    from search.latency import LatencyTable
-
-    return LatencyTable.load(path).for_space(space)
-
-
-def _cli_verb(argv: list[str]) -> int:
-    from ofa.cli import main
-
-    return main(argv)

@@ -12,10 +12,12 @@ from timm.models._efficientnet_blocks import SqueezeExcite
 from timm.models._efficientnet_builder import decode_arch_def, round_channels
 from timm.models.mobilenetv3 import MobileNetV3
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
+from ofa.arch import Arch
 from ofa.errors import OFAError
 from ofa.io import load_torch, save_torch
-from ofa.space import Arch, SearchSpace
+from ofa.space import SearchSpace
 
 SUBNET_FORMAT = "ofa-subnet"
 
@@ -24,11 +26,25 @@ def act_layer(name: str) -> type[nn.Module]:
     return get_act_layer("hard_swish" if name == "hswish" else name)
 
 
+def block_strings(space: SearchSpace, arch: Arch) -> list[list[str]]:
+    """timm arch-definition strings, one list per stage: fixed first block, elastic stages, final."""
+    def act(name: str) -> str:
+        return "_nre" if name == "relu" else "_nhs"
+
+    stages = [[f"ds_r1_k3_s1_e1_c{space.first_channels}_nre"]] + [[] for _ in space.stages]
+    for s, _, spec in space.iter_blocks(arch):
+        se = "_se0.25" if spec.se else ""
+        expand = arch.expands[s * space.max_depth + len(stages[s + 1])]
+        stages[s + 1].append(f"ir_r1_k{spec.kernel}_s{spec.stride}_e{expand}_c{spec.out_c}{se}{act(spec.act)}")
+    stages.append([f"cn_r1_k1_s1_c{space.final_expand_channels}{act(space.head_act)}"])
+    return stages
+
+
 def build_subnet(space: SearchSpace, arch: Arch) -> MobileNetV3:
     """A randomly initialised timm MobileNetV3 with exactly the layers of ``arch``."""
     space.validate(arch)
     model = MobileNetV3(
-        block_args=decode_arch_def(space.block_strings(arch)),
+        block_args=decode_arch_def(block_strings(space, arch)),
         num_classes=space.num_classes,
         in_chans=space.in_channels,
         stem_size=space.stem_channels,
@@ -81,8 +97,6 @@ def count_params(model: nn.Module) -> int:
 @torch.no_grad()
 def count_macs(model: nn.Module, resolution: int, in_channels: int = 3) -> int:
     """MACs measured by torch's FLOP counter (FLOPs / 2) for one image."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     was_training = model.training
     model.eval()
     counter = FlopCounterMode(display=False)

@@ -11,10 +11,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from ofa.arch import Arch
 from ofa.elastic import ElasticMBConv
+from ofa.encoding import sample_arch
 from ofa.errors import OFAError
 from ofa.io import load_torch, save_torch
-from ofa.space import Arch, SearchSpace
+from ofa.space import SearchSpace
 from ofa.subnet import build_subnet
 
 SUPERNET_FORMAT = "ofa-supernet"
@@ -62,9 +64,12 @@ class OFAMobileNetV3(nn.Module):
         self.active_arch = arch
         return arch
 
-    def sample_active(self, rng: np.random.Generator | int | None = None, **restrict: Sequence[int]) -> Arch:
-        """Activate a random subnet; ``restrict`` limits kernels/expands/depths/resolutions."""
-        return self.set_active(self.space.sample(rng, **restrict))
+    def sample_active(self, rng: np.random.Generator | int | None = None, *, kernels: Sequence[int] | None = None,
+                      expands: Sequence[int] | None = None, depths: Sequence[int] | None = None,
+                      resolutions: Sequence[int] | None = None) -> Arch:
+        """Activate a random subnet (``encoding.sample_arch``), optionally restricted to subsets of the choices."""
+        return self.set_active(sample_arch(self.space, rng, kernels=kernels, expands=expands, depths=depths,
+                                           resolutions=resolutions))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.bn1(self.conv_stem(x))

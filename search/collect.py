@@ -10,21 +10,31 @@ halves of the validation split, to know how much of the ranking is measurement n
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Subset
+from tqdm import tqdm
 
+from ofa.arch import Arch
+from ofa.bn import recalibrate_bn
+from ofa.data import DataBundle, LoaderOptions, data_from_meta, make_loader
+from ofa.encoding import GeneLayout, sample_arch
 from ofa.errors import OFAError
+from ofa.evaluate import evaluate
 from ofa.io import write_text
-from ofa.space import Arch, SearchSpace
+from ofa.space import SearchSpace
+from ofa.supernet import OFAMobileNetV3
+from ofa.train.distributed import DistEnv, process_group
 
 FILE_KIND = "ofa-accuracy"
 RESUME_KEYS = ("fingerprint", "weights", "seed", "calib_batches", "batch_size", "repeat_split", "val_images")
@@ -32,7 +42,7 @@ RESUME_KEYS = ("fingerprint", "weights", "seed", "calib_batches", "batch_size", 
 
 def subnet_arch(space: SearchSpace, seed: int, index: int) -> Arch:
     """The ``index``-th random subnet of a collection seeded with ``seed``."""
-    return space.sample(np.random.default_rng([seed, index]))
+    return sample_arch(space, np.random.default_rng([seed, index]))
 
 
 def weights_digest(net: torch.nn.Module) -> str:
@@ -110,7 +120,7 @@ class AccuracyData:
 def load_accuracy(path: str | Path) -> AccuracyData:
     header, records = read_accuracy(path)
     space = SearchSpace.from_dict(header.get("space") or {}, f"{path}: header.space")
-    rows = space.encode_many([
+    rows = GeneLayout.of(space).encode_many([
         space.validate(Arch.from_dict(r["arch"], f"{path}: subnet {r['index']}"), f"{path}: subnet {r['index']}")
         for r in records
     ])
@@ -158,33 +168,85 @@ def split_halves(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
 
 
-def collect(net: Any, train_set: Dataset, val_set: Dataset, out: str | Path, n: int, *, seed: int = 0,
-            calib_batches: int = 20, batch_size: int = 100, repeat_split: bool = False,
-            device: torch.device | str = "cpu", rank: int = 0, world_size: int = 1, progress: bool = True,
-            supernet: str = "", num_workers: int = 0) -> int:
-    """Measure subnets ``0..n-1`` not yet in ``out``; returns how many this rank measured.
+@dataclass(frozen=True)
+class CollectConfig:
+    """Settings of a collection: ``n`` subnets drawn from ``seed``, each recalibrated on the same
+    ``calib_batches x batch_size`` training images, then measured on the validation split (or
+    its two halves, ``repeat_split``). ``supernet`` is the label recorded in the file's header."""
 
-    ``net`` is an `OFAMobileNetV3`; ``train_set`` feeds BN recalibration (the same seeded
-    ``calib_batches x batch_size`` images for every subnet), ``val_set`` is the held-out split.
+    n: int
+    seed: int = 0
+    calib_batches: int = 20
+    batch_size: int = 100
+    repeat_split: bool = False
+    num_workers: int = 0
+    progress: bool = True
+    supernet: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("n", "calib_batches", "batch_size"):
+            if getattr(self, name) <= 0:
+                raise OFAError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.num_workers < 0:
+            raise OFAError(f"--workers must be >= 0, got {self.num_workers}")
+
+
+@dataclass(frozen=True)
+class CollectResult:
+    """What one process did: ``measured`` subnets into ``out``, which then holds ``total`` (rank 0;
+    None on the other ranks, which do not wait for the merge)."""
+
+    out: Path
+    measured: int
+    total: int | None
+    rank: int
+    world_size: int
+
+
+def collect(net: OFAMobileNetV3, data: DataBundle, out: str | Path, cfg: CollectConfig,
+            env: DistEnv | None = None) -> CollectResult:
+    """Measure subnets ``0..n-1`` of ``net`` not yet in ``out`` (``env``: this process's rank and device).
+
+    ``data.train`` feeds BN recalibration (the same seeded images for every subnet), ``data.val``
+    is the held-out split. Raises `OFAError` when the validation split is too small, or when
+    ``out`` exists but is not an accuracy file of the same supernet weights and settings.
     """
-    from tqdm import tqdm
-
-    from ofa.bn import recalibrate_bn
-    from ofa.data import make_loader
-    from ofa.evaluate import evaluate
-
-    if n < 1:
-        raise OFAError(f"--n must be at least 1, got {n}")
-    if len(val_set) < (2 if repeat_split else 1):
-        raise OFAError(f"the validation split has {len(val_set)} images: too few to measure subnets")
+    env = env or DistEnv.single_process()
+    if len(data.val) < (2 if cfg.repeat_split else 1):
+        raise OFAError(f"the validation split has {len(data.val)} images: too few to measure subnets")
     out, space = Path(out), net.space
-    calib_ids = np.random.default_rng(seed).permutation(len(train_set))[: calib_batches * batch_size]
+    calib_ids = np.random.default_rng(cfg.seed).permutation(len(data.train))[: cfg.calib_batches * cfg.batch_size]
     header = {
         "kind": FILE_KIND, "space": space.to_dict(), "fingerprint": space.fingerprint(),
-        "weights": weights_digest(net), "supernet": str(supernet), "seed": seed, "calib_batches": calib_batches,
-        "batch_size": batch_size, "calib_images": len(calib_ids), "val_images": len(val_set),
-        "repeat_split": repeat_split,
+        "weights": weights_digest(net), "supernet": str(cfg.supernet), "seed": cfg.seed,
+        "calib_batches": cfg.calib_batches, "batch_size": cfg.batch_size, "calib_images": len(calib_ids),
+        "val_images": len(data.val), "repeat_split": cfg.repeat_split,
     }
+    _open_output(out, header, env.rank)
+    sink = out if env.world_size == 1 else part_path(out, env.rank)
+    _repair(sink)
+    done = {r["index"] for r in read_accuracy(out)[1]} if out.is_file() else set()
+    todo = [i for i in range(cfg.n) if i % env.world_size == env.rank and i not in done]
+
+    def loader(ds: Dataset) -> DataLoader:
+        return make_loader(ds, cfg.batch_size, shuffle=False, seed=cfg.seed,
+                           options=LoaderOptions(num_workers=cfg.num_workers))
+
+    calib = loader(Subset(data.train, calib_ids.tolist()))
+    if cfg.repeat_split:
+        evals = [loader(Subset(data.val, h.tolist())) for h in split_halves(len(data.val), cfg.seed)]
+    else:
+        evals = [loader(data.val)]
+    net.to(env.device).eval()
+    for i in tqdm(todo, desc=f"collect (rank {env.rank})" if env.distributed else "collect", unit="subnet",
+                  disable=not cfg.progress or not env.is_main):
+        _append(sink, _measure(net, subnet_arch(space, cfg.seed, i), i, calib, evals, cfg, env.device))
+    total = _finish(out, env.rank, env.world_size)
+    return CollectResult(out, len(todo), total, env.rank, env.world_size)
+
+
+def _open_output(out: Path, header: dict[str, Any], rank: int) -> None:
+    """Start ``out`` with ``header`` (rank 0), or check that the collection there is this one."""
     if out.is_file():
         old = _read_lines(out)[0][:1]
         if not old or old[0].get("kind") != FILE_KIND:
@@ -195,46 +257,52 @@ def collect(net: Any, train_set: Dataset, val_set: Dataset, out: str | Path, n: 
                                f"{header[key]!r}; resume with the same supernet and settings or choose another --out")
     elif rank == 0:
         write_text(out, json.dumps(header) + "\n")
-    sink = out if world_size == 1 else part_path(out, rank)
-    _repair(sink)
-    done = {r["index"] for r in read_accuracy(out)[1]} if out.is_file() else set()
-    todo = [i for i in range(n) if i % world_size == rank and i not in done]
-
-    def loader(ds: Dataset) -> DataLoader:
-        return make_loader(ds, batch_size, shuffle=False, seed=seed, num_workers=num_workers)
-
-    calib = loader(Subset(train_set, calib_ids.tolist()))
-    if repeat_split:
-        halves = split_halves(len(val_set), seed)
-        evals: Iterable = [loader(Subset(val_set, h.tolist())) for h in halves]
-    else:
-        evals = [loader(val_set)]
-    net.to(device).eval()
-    for i in tqdm(todo, desc=f"collect (rank {rank})" if world_size > 1 else "collect", unit="subnet",
-                  disable=not progress or rank != 0):
-        arch = subnet_arch(space, seed, i)
-        net.set_active(arch)
-        recalibrate_bn(net, calib, calib_batches, device=device, resolution=arch.resolution)
-        results = [evaluate(net, ev, arch.resolution, device=device) for ev in evals]
-        count = sum(r["count"] for r in results)
-        rec = {
-            "index": i, "arch": arch.to_dict(),
-            "top1": sum(r["top1"] * r["count"] for r in results) / count,
-            "loss": sum(r["loss"] * r["count"] for r in results) / count, "count": count,
-            "macs": space.macs(arch), "params": space.params(arch),
-        }
-        if repeat_split:
-            rec.update(top1_a=results[0]["top1"], top1_b=results[1]["top1"], count_a=results[0]["count"],
-                       count_b=results[1]["count"])
-        _append(sink, rec)
-    _finish(out, rank, world_size)
-    return len(todo)
 
 
-def _finish(out: Path, rank: int, world_size: int) -> None:
-    import torch.distributed as dist
+def _measure(net: OFAMobileNetV3, arch: Arch, index: int, calib: DataLoader, evals: list[DataLoader],
+             cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
+    """One subnet's record: BN recalibrated on ``calib``, then top-1/loss over ``evals`` (and per half)."""
+    space = net.space
+    net.set_active(arch)
+    recalibrate_bn(net, calib, cfg.calib_batches, device=device, resolution=arch.resolution)
+    results = [evaluate(net, ev, arch.resolution, device=device) for ev in evals]
+    count = sum(r["count"] for r in results)
+    rec = {
+        "index": index, "arch": arch.to_dict(),
+        "top1": sum(r["top1"] * r["count"] for r in results) / count,
+        "loss": sum(r["loss"] * r["count"] for r in results) / count, "count": count,
+        "macs": space.macs(arch), "params": space.params(arch),
+    }
+    if cfg.repeat_split:
+        rec.update(top1_a=results[0]["top1"], top1_b=results[1]["top1"], count_a=results[0]["count"],
+                   count_b=results[1]["count"])
+    return rec
 
+
+def _finish(out: Path, rank: int, world_size: int) -> int | None:
+    """Wait for every rank, then rank 0 merges the part files; returns the merged count on rank 0."""
     if world_size > 1 and dist.is_available() and dist.is_initialized():
         dist.barrier()
-    if rank == 0:
-        merge_parts(out)
+    return merge_parts(out) if rank == 0 else None
+
+
+def collect_from_checkpoint(checkpoint: str | Path, cfg: CollectConfig, out: str | Path | None = None,
+                            device: str = "auto") -> CollectResult:
+    """`collect` for a supernet file or training checkpoint, on the data it was trained on.
+
+    ``out`` defaults to ``acc.jsonl`` next to the checkpoint; ``device`` is ``auto`` (this rank's
+    GPU if any), ``cpu``, ``cuda`` or ``cuda:N``. Under ``torchrun`` the subnets are shared across
+    ranks (rank 0 merges at the end; collectives wait up to a day for the slowest rank). Raises
+    `OFAError` for an unknown device, a file that is no supernet, a supernet without recorded data
+    or validation split, and the errors of `collect`.
+    """
+    with process_group(device, timeout=timedelta(hours=24), where="--device") as env:
+        net = OFAMobileNetV3.load(checkpoint)
+        if not net.meta.get("data"):
+            raise OFAError(f"{checkpoint}: records no data section, so its validation split is unknown "
+                           "(train it with `ofa train`)")
+        data = data_from_meta(net.meta)
+        if data.val is None or len(data.val) == 0:
+            raise OFAError(f"{checkpoint}: its data has no validation split to measure subnets on")
+        out = Path(out) if out else Path(checkpoint).parent / "acc.jsonl"
+        return collect(net, data, out, dataclasses.replace(cfg, supernet=str(checkpoint)), env)

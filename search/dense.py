@@ -10,7 +10,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ofa.space import Arch, LayerSpec, SearchSpace
+from ofa.arch import Arch
+from ofa.encoding import GeneLayout
+from ofa.layers import LayerSpec
+from ofa.space import SearchSpace
 
 
 class DenseCost:
@@ -21,11 +24,8 @@ class DenseCost:
         if fixed.shape != shape[:1] or block.shape != shape:
             raise ValueError(f"dense cost arrays of shape {fixed.shape}, {block.shape} do not fit the space {shape}")
         self.space, self.fixed, self.block = space, fixed, block
-        sl = space.gene_slices()
-        self._depths = np.asarray(space.depths)
-        self._slices = sl["depths"], sl["kernels"], sl["expands"]
-        self._slot_stage = np.repeat(np.arange(space.num_stages), space.max_depth)
-        self._slot_index = np.tile(np.arange(space.max_depth), space.num_stages)
+        self.layout = GeneLayout.of(space)
+        self._slots = np.arange(space.num_slots)[None, :]
 
     @classmethod
     def from_layer_cost(cls, space: SearchSpace, cost: Callable[[LayerSpec], float],
@@ -43,20 +43,15 @@ class DenseCost:
         return cls(space, fixed, block)
 
     def predict_batch(self, rows: np.ndarray) -> np.ndarray:
-        """Costs of a population given as gene-index rows (see ``SearchSpace.encode``)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.ndim == 1:
-            rows = rows[None]
-        dsl, ksl, esl = self._slices
-        r = rows[:, 0]
-        depth = self._depths[rows[:, dsl]]
-        active = self._slot_index[None, :] < depth[:, self._slot_stage]
-        slots = np.arange(self.space.num_slots)[None, :]
-        costs = self.block[r[:, None], slots, rows[:, ksl], rows[:, esl]]
-        return self.fixed[r] + np.where(active, costs, 0.0).sum(axis=1)
+        """Costs of a population given as gene rows (see ``ofa.encoding.GeneLayout``)."""
+        lay = self.layout
+        rows = lay.as_rows(rows)
+        r = rows[:, lay.resolution]
+        costs = self.block[r[:, None], self._slots, rows[:, lay.slices["kernels"]], rows[:, lay.slices["expands"]]]
+        return self.fixed[r] + np.where(lay.active_slots(rows), costs, 0.0).sum(axis=1)
 
     def predict(self, arch: Arch) -> float:
-        return float(self.predict_batch(self.space.encode(arch))[0])
+        return float(self.predict_batch(self.layout.encode(arch))[0])
 
 
 def macs_model(space: SearchSpace) -> DenseCost:

@@ -3,7 +3,7 @@
 The algorithm and defaults are the official ones (population 100, 500 generations, top 25% become
 parents, 50% of children by mutation with per-gene probability 0.1 and resolution probability
 0.5, the rest by uniform crossover, a child that breaks a constraint is redrawn from the same
-parents). Here a population is an integer array of gene rows (``SearchSpace.encode``): mutation,
+parents). Here a population is an integer array of gene rows (``ofa.encoding.GeneLayout``): mutation,
 crossover and the constraint check act on whole arrays, latency/MACs/params are gathers over dense
 tables, and accuracy is one batched predictor call per generation.
 """
@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from tqdm import tqdm
 
+from ofa.arch import Arch
+from ofa.encoding import GeneLayout
 from ofa.errors import OFAError
-from ofa.space import Arch, SearchSpace
+from ofa.io import write_json, write_text
+from ofa.space import SearchSpace
 from search.dense import DenseCost, macs_model, params_model
 from search.pareto import ParetoFront, plot_front
-from search.predictor import canonical_rows
 
 INIT_BATCH = 1024
 REDRAW_BATCH = 4  # candidates per child and round of redrawing
@@ -88,12 +91,12 @@ class SubsetPredictor:
         if not set(sub.resolutions) <= set(full.resolutions) or \
                 {**sub.to_dict(), "resolutions": list(full.resolutions)} != full.to_dict():
             raise OFAError(f"space {sub.fingerprint()} is not space {full.fingerprint()} with fewer resolutions")
-        self.predictor = predictor
+        self.predictor, self.column = predictor, GeneLayout.of(sub).resolution
         self.resolution_index = np.array([full.resolutions.index(r) for r in sub.resolutions])
 
     def predict_batch(self, rows: np.ndarray) -> np.ndarray:
         rows = np.array(rows, dtype=np.int64, ndmin=2)
-        rows[:, 0] = self.resolution_index[rows[:, 0]]
+        rows[:, self.column] = self.resolution_index[rows[:, self.column]]
         return self.predictor.predict_batch(rows)
 
 
@@ -113,16 +116,21 @@ def cheapest_rows(space: SearchSpace, cost: RowModel) -> np.ndarray:
     Per resolution each slot takes its cheapest kernel/expand and each stage the depth whose
     prefix sum is smallest: the cost is additive, so this is the exact minimum.
     """
+    lay = GeneLayout.of(space)
     dense = dense_of(cost)
     if dense is None:
-        return space.encode_many([space.min_arch(r) for r in space.resolutions])
+        return lay.encode_many([space.min_arch(r) for r in space.resolutions])
     n_res, n_slots, _, n_exp = dense.block.shape
     flat = dense.block.reshape(n_res, n_slots, -1)
     choice, value = flat.argmin(-1), flat.min(-1)
     d = space.max_depth
     prefix = np.cumsum(value.reshape(n_res, space.num_stages, d), axis=-1)  # cost of depth j+1
-    depth_idx = np.argmin(prefix[:, :, np.asarray(space.depths) - 1], axis=-1)  # (n_res, stages)
-    return np.concatenate([np.arange(n_res)[:, None], depth_idx, choice // n_exp, choice % n_exp], axis=1)
+    rows = np.zeros((n_res, lay.genes), dtype=np.int64)
+    rows[:, lay.resolution] = np.arange(n_res)
+    rows[:, lay.slices["depths"]] = np.argmin(prefix[:, :, np.asarray(space.depths) - 1], axis=-1)
+    rows[:, lay.slices["kernels"]] = choice // n_exp
+    rows[:, lay.slices["expands"]] = choice % n_exp
+    return rows
 
 
 def check_reachable(space: SearchSpace, limits: Sequence[Limit]) -> None:
@@ -164,12 +172,12 @@ class _Scores:
     """
 
     def __init__(self, space: SearchSpace, predictor: RowModel) -> None:
-        self.space, self.predictor = space, predictor
+        self.layout, self.predictor = GeneLayout.of(space), predictor
         self.known: dict[bytes, float] = {}
         self.calls = 0
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        keys = [r.tobytes() for r in canonical_rows(self.space, rows).astype(np.uint16)]
+        keys = [r.tobytes() for r in self.layout.canonical(rows).astype(np.uint16)]
         new = list(dict.fromkeys(k for k in keys if k not in self.known))
         if new:
             fresh = np.frombuffer(b"".join(new), dtype=np.uint16).reshape(len(new), -1).astype(np.int64)
@@ -219,9 +227,10 @@ def initial_population(space: SearchSpace, n: int, ok: _Feasible, rng: np.random
     Under a budget so tight that random draws almost never meet it, the population is completed
     with the cheapest subnets (per resolution and per cost), which mutation then explores from.
     """
+    layout = GeneLayout.of(space)
     found, total = [], 0
     for _ in range(INIT_BATCHES):
-        rows = space.sample_genes(INIT_BATCH, rng)
+        rows = layout.sample(INIT_BATCH, rng)
         rows = rows[ok(rows)]
         found.append(rows)
         total += len(rows)
@@ -241,6 +250,7 @@ def evolve(space: SearchSpace, predictor: RowModel, limits: Sequence[Limit], con
     """Run the evolution for one set of constraints (see the module docstring)."""
     start = time.perf_counter()
     check_reachable(space, limits)
+    layout = GeneLayout.of(space)
     ok = _Feasible(limits)
     n_par, n_mut = config.n_parents, config.n_mutations
     n_cross = config.population - n_mut
@@ -257,12 +267,12 @@ def evolve(space: SearchSpace, predictor: RowModel, limits: Sequence[Limit], con
             on_generation(g, float(parent_acc[0]))
         pick = rng.integers(len(parents), size=n_mut)
         mutants = _redraw(
-            lambda i, pick=pick, parents=parents: space.mutate_genes(
+            lambda i, pick=pick, parents=parents: layout.mutate(
                 parents[pick[i]], rng, config.mutate_prob, config.resolution_prob),
             n_mut, ok, parents[pick], config.max_redraws)
         pa, pb = rng.integers(len(parents), size=(2, n_cross))
         crossed = _redraw(
-            lambda i, pa=pa, pb=pb, parents=parents: space.crossover_genes(parents[pa[i]], parents[pb[i]], rng),
+            lambda i, pa=pa, pb=pb, parents=parents: layout.crossover(parents[pa[i]], parents[pb[i]], rng),
             n_cross, ok, parents[pa], config.max_redraws)
         children = np.concatenate([mutants, crossed])
         child_acc = score(children)
@@ -324,17 +334,20 @@ class SearchResult:
                         for t in self.targets],
         }
 
-    def save(self, out_dir: str | Path, lut: str | None = None) -> dict[str, Path]:
-        """arch_<T>ms.json per budget, pareto.json/png, search.json, metrics.jsonl (per-generation best)."""
-        from ofa.io import write_json, write_text
+    def save(self, out_dir: str | Path, lut: str | None = None, space: SearchSpace | None = None) -> dict[str, Path]:
+        """arch_<T>ms.json per budget, pareto.json/png, search.json, metrics.jsonl (per-generation best).
 
+        Each arch file carries the fingerprint of ``space`` (default: the searched space; pass the
+        supernet's space when the search ran on its resolutions that a latency table measured).
+        """
         out = Path(out_dir)
         extra = {"lut": lut} if lut else {}
+        stamp = (space or self.space).stamp
         paths: dict[str, Path] = {}
         for t in self.targets:
-            arch = t.arch.with_extra(**extra, target_ms=t.target_ms)
+            arch = stamp(t.arch).with_extra({**extra, "target_ms": t.target_ms})
             paths[f"arch_{t.target_ms:g}ms"] = arch.save(out / f"arch_{t.target_ms:g}ms.json")
-        paths["pareto_json"] = self.front.save(out / "pareto.json", lut=lut)
+        paths["pareto_json"] = self.front.save(out / "pareto.json", lut)
         paths["pareto_png"] = plot_front(
             self.front, out / "pareto.png", chosen=[t.arch for t in self.targets],
             targets_ms=[t.target_ms for t in self.targets], cloud=self.cloud,
@@ -347,27 +360,46 @@ class SearchResult:
         return paths
 
 
-def run_search(space: SearchSpace, predictor: RowModel, latency: RowModel, targets_ms: Sequence[float], *,
-               max_macs: float | None = None, max_params: float | None = None, seed: int = 0,
-               config: EvolutionConfig | None = None, progress: bool = False) -> SearchResult:
+@dataclass(frozen=True)
+class SearchConfig:
+    """What to search for: latency budgets (ms), optional MACs/params caps, the seed and the evolution."""
+
+    targets_ms: tuple[float, ...]
+    max_macs: float | None = None
+    max_params: float | None = None
+    seed: int = 0
+    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+
+    def __post_init__(self) -> None:
+        targets = tuple(dict.fromkeys(float(t) for t in self.targets_ms))
+        if not targets:
+            raise OFAError("give at least one latency target")
+        if not all(0 < t < float("inf") for t in targets):
+            raise OFAError(f"latency targets must be positive numbers of milliseconds, got {list(targets)}")
+        for name in ("max_macs", "max_params"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise OFAError(f"--{name.replace('_', '-')} must be positive, got {value}")
+        object.__setattr__(self, "targets_ms", targets)
+
+
+def run_search(space: SearchSpace, predictor: RowModel, latency: RowModel, cfg: SearchConfig,
+               progress: bool = False) -> SearchResult:
     """Most accurate subnet (by ``predictor``) per latency budget, under optional MACs/params caps.
 
     ``latency`` maps gene rows to ms (a LatencyTable or DenseCost). Each budget runs its own
     search, seeded from (seed, budget); its answer is the best subnet that any of the searches
     evaluated within that budget (a larger budget's search often finds small subnets too).
+    Raises ``OFAError`` when a budget or cap cannot be met by any subnet.
     """
-    config = config or EvolutionConfig()
-    targets = list(dict.fromkeys(float(t) for t in targets_ms))
-    if not targets:
-        raise OFAError("give at least one latency target")
+    config, seed, max_macs, max_params = cfg.evolution, cfg.seed, cfg.max_macs, cfg.max_params
+    targets = list(cfg.targets_ms)
     macs, params = cost_models(space)
     caps = [Limit("macs", max_macs, macs, "--max-macs")] if max_macs is not None else []
     caps += [Limit("params", max_params, params, "--max-params")] if max_params is not None else []
     per_target = [[Limit("latency_ms", t, latency, "latency target"), *caps] for t in targets]
     for limits in per_target:
         check_reachable(space, limits)
-
-    from tqdm import tqdm
 
     histories, seen_rows, seen_top1 = [], [], []
     bar = tqdm(total=len(targets) * config.generations, desc="search", unit="gen", disable=not progress)
@@ -379,7 +411,8 @@ def run_search(space: SearchSpace, predictor: RowModel, latency: RowModel, targe
         seen_top1.append(evo.top1)
     bar.close()
 
-    rows = canonical_rows(space, np.concatenate(seen_rows))
+    layout = GeneLayout.of(space)
+    rows = layout.canonical(np.concatenate(seen_rows))
     first = unique_rows(rows)
     rows, top1 = rows[first], np.concatenate(seen_top1)[first]
     costs = {"latency_ms": np.asarray(latency.predict_batch(rows), dtype=np.float64),
@@ -389,9 +422,9 @@ def run_search(space: SearchSpace, predictor: RowModel, latency: RowModel, targe
         # every budget takes the best subnet any of the searches met within it (its own search's at least)
         ok = np.logical_and.reduce([costs[lim.name] <= lim.value for lim in limits])
         i = int(np.flatnonzero(ok)[np.argmax(top1[ok])])
-        arch = space.decode(rows[i]).with_extra(
-            predicted_top1=float(top1[i]), latency_ms=float(costs["latency_ms"][i]), macs=int(costs["macs"][i]),
-            params=int(costs["params"][i]))
+        arch = layout.decode(rows[i]).with_extra({
+            "predicted_top1": float(top1[i]), "latency_ms": float(costs["latency_ms"][i]),
+            "macs": int(costs["macs"][i]), "params": int(costs["params"][i])})
         results.append(TargetResult(target, arch, history, seconds))
     front = ParetoFront.from_evaluated(space, rows, top1, costs["latency_ms"], costs["macs"], costs["params"])
     sample = np.random.default_rng(seed).permutation(len(rows))[:CLOUD_POINTS]

@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from ofa.arch import Arch
 from ofa.errors import OFAError, SpaceError
 from ofa.io import atomic_write, load_torch, read_json, read_yaml
-from ofa.space import Arch, LayerSpec, SearchSpace
+from ofa.layers import LayerSpec
+from ofa.space import SearchSpace
 from search.dense import DenseCost
 
 TABLE_FORMAT = "ofa-latency-table"
@@ -123,7 +125,7 @@ class LatencyTable:
             raise OFAError(f"{self.source}: cannot predict this arch: {exc}") from None
 
     def predict_batch(self, rows: np.ndarray) -> np.ndarray:
-        """Predicted latencies (ms) of a population of integer gene rows (``SearchSpace.encode``)."""
+        """Predicted latencies (ms) of a population of integer gene rows (``ofa.encoding.GeneLayout``)."""
         return self._dense.predict_batch(rows)
 
     def predict_raw(self, arch: Arch) -> float:

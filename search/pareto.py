@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
 
-from ofa.io import write_json
-from ofa.space import Arch, SearchSpace
+from ofa.arch import Arch
+from ofa.encoding import GeneLayout
+from ofa.io import atomic_write, write_json
+from ofa.space import SearchSpace
 
 BLOCK = 256
 
@@ -66,10 +69,11 @@ class ParetoFront:
     def __len__(self) -> int:
         return len(self.top1)
 
-    def arch(self, i: int, **extra: Any) -> Arch:
-        return self.space.decode(self.rows[i]).with_extra(
-            predicted_top1=float(self.top1[i]), latency_ms=float(self.latency_ms[i]),
-            macs=int(self.macs[i]), params=int(self.params[i]), **extra)
+    def arch(self, i: int) -> Arch:
+        """Front member ``i`` with its predicted top-1, latency, MACs and params as extras."""
+        return GeneLayout.of(self.space).decode(self.rows[i]).with_extra({
+            "predicted_top1": float(self.top1[i]), "latency_ms": float(self.latency_ms[i]),
+            "macs": int(self.macs[i]), "params": int(self.params[i])})
 
     def best_under(self, latency_ms: float, max_macs: float | None = None,
                    max_params: float | None = None) -> Arch | None:
@@ -88,30 +92,25 @@ class ParetoFront:
         idx = non_dominated(np.stack([-self.top1, self.latency_ms], 1))
         return idx[np.argsort(self.latency_ms[idx], kind="stable")]
 
-    def to_dict(self, **meta: Any) -> dict[str, Any]:
+    def to_dict(self, lut: str | None = None) -> dict[str, Any]:
+        """JSON form; ``lut`` names the latency table the latencies come from."""
         return {
             "objectives": {"predicted_top1": "max", "latency_ms": "min", "macs": "min"},
-            "space": self.space.fingerprint(), **meta, "count": len(self),
+            "space": self.space.fingerprint(), "lut": lut, "count": len(self),
             "points": [self.arch(i).to_dict() for i in range(len(self))],
         }
 
-    def save(self, path: str | Path, **meta: Any) -> Path:
-        return write_json(path, self.to_dict(**meta))
+    def save(self, path: str | Path, lut: str | None = None) -> Path:
+        return write_json(path, self.to_dict(lut))
 
 
 def plot_front(front: ParetoFront, path: str | Path, chosen: list[Arch] = (), targets_ms: list[float] = (),
                cloud: tuple[np.ndarray, np.ndarray] | None = None, history: dict[str, np.ndarray] | None = None,
                title: str = "") -> Path:
     """PNG: front (colour = MACs) over a cloud of evaluated subnets, picks per budget, convergence."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ofa.io import atomic_write
-
     ncols = 2 if history else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(6.5 * ncols, 4.8), squeeze=False)
+    fig = Figure(figsize=(6.5 * ncols, 4.8))  # no pyplot: no global figure state, no GUI backend
+    axes = fig.subplots(1, ncols, squeeze=False)
     ax = axes[0, 0]
     if cloud is not None and len(cloud[0]):
         ax.scatter(cloud[0], cloud[1], s=3, c="0.82", label="evaluated", rasterized=True)
@@ -137,6 +136,4 @@ def plot_front(front: ParetoFront, path: str | Path, chosen: list[Arch] = (), ta
         hx.set_title("evolution")
         hx.legend(fontsize=8)
     fig.tight_layout()
-    out = atomic_write(path, lambda p: fig.savefig(p, dpi=120, format="png"))
-    plt.close(fig)
-    return out
+    return atomic_write(path, lambda p: fig.savefig(p, dpi=120, format="png"))

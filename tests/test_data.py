@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from ofa.data import DataConfig, build_data, data_from_meta, make_loader, set_loader_epoch
+from ofa.data import DataConfig, LoaderOptions, build_data, data_from_meta, make_loader, set_loader_epoch
 from ofa.errors import OFAError
 
 
@@ -64,8 +64,8 @@ def test_synthetic_is_configurable_deterministic_and_learnable():
 def test_ranks_together_see_the_single_process_global_batches():
     ds = build_data({"name": "synthetic", "image_size": 8, "augment": "none"}).train
     single = make_loader(ds, 12, shuffle=True, seed=3, drop_last=True).batch_sampler
-    ranks = [make_loader(ds, 6, shuffle=True, seed=3, drop_last=True, rank=r, world_size=2).batch_sampler
-             for r in range(2)]
+    ranks = [make_loader(ds, 6, shuffle=True, seed=3, drop_last=True,
+                         options=LoaderOptions(rank=r, world_size=2)).batch_sampler for r in range(2)]
     for epoch in (0, 1):
         single.set_epoch(epoch)
         for s in ranks:
@@ -85,7 +85,7 @@ def test_evaluation_shards_cover_every_image_once():
     ds = build_data({"name": "synthetic", "image_size": 8, "augment": "none"}).test
     seen = []
     for r in range(3):
-        loader = make_loader(ds, 10, shuffle=False, seed=0, rank=r, world_size=3)
+        loader = make_loader(ds, 10, shuffle=False, seed=0, options=LoaderOptions(rank=r, world_size=3))
         for _, y in loader:
             seen.append(len(y))
         seen_idx = [i for b in loader.batch_sampler for i in b]
@@ -108,7 +108,8 @@ def test_worker_processes_do_not_change_the_images():
     b = build_data({"name": "synthetic", "image_size": 8})
     batches = {}
     for workers in (0, 2):
-        loader = make_loader(b.train, 16, shuffle=True, seed=1, drop_last=True, num_workers=workers)
+        loader = make_loader(b.train, 16, shuffle=True, seed=1, drop_last=True,
+                             options=LoaderOptions(num_workers=workers))
         set_loader_epoch(loader, 3, start_batch=1)
         batches[workers] = [x for x, _ in loader]
     assert len(batches[0]) == len(b.train) // 16 - 1

@@ -17,14 +17,13 @@ from torch.utils.data import TensorDataset
 from ofa import OFAMobileNetV3, load_subnet, recalibrate_bn
 from ofa.cli import main
 from ofa.data import make_loader
-from ofa.export import (
-    PARITY_ATOL,
-    OrtModel,
-    ParityError,
-    export_subnet,
-    file_sha256,
-    read_metadata,
-)
+from ofa.deploy.convert import read_metadata
+from ofa.deploy.export import ExportConfig, export_subnet
+from ofa.deploy.layer_models import layer_specs
+from ofa.deploy.runtimes import OrtModel
+from ofa.deploy.verify import PARITY_ATOL, ParityError
+from ofa.encoding import sample_arch
+from ofa.io import file_sha256
 
 
 def fake_data(space, n_train=256, n_test=96, size=20, seed=0) -> SimpleNamespace:
@@ -73,11 +72,11 @@ def ort_logits(path: Path, x: np.ndarray) -> np.ndarray:
 ])
 def test_parity_for_archs_resolutions_and_batch(net, data, tmp_path, which, resolution, dynamic, opset):
     space = net.space
-    arch = {"max": space.max_arch, "min": space.min_arch, "sample": lambda r: space.sample(7, resolutions=[r])}[which](
-        resolution)
+    arch = {"max": space.max_arch, "min": space.min_arch,
+            "sample": lambda r: sample_arch(space, 7, resolutions=[r])}[which](resolution)
     out = tmp_path / "m.onnx"
-    r = export_subnet(net, arch, out, data=data, calib_batches=2, batch_size=32, dynamic_batch=dynamic,
-                      opset=opset, latency=False)
+    r = export_subnet(net, arch, ExportConfig(out, calib_batches=2, batch_size=32, dynamic_batch=dynamic,
+                                              opset=opset, latency=False), data=data)
     assert r.parity.ok and r.parity.max_abs_diff <= PARITY_ATOL and r.parity.top1_agreement == 1.0
     assert r.parity.real_inputs == 64 and r.parity.random_inputs == 16
     model = onnx.load(out)
@@ -101,11 +100,12 @@ def test_parity_for_archs_resolutions_and_batch(net, data, tmp_path, which, reso
 
 
 def test_metadata_round_trip_and_files(net, data, ckpt, tmp_path):
-    base = net.space.sample(11)  # extras as `ofa search` writes them
-    arch = base.with_extra(predicted_top1=71.5, latency_ms=3.25, lut="tables/x.yaml", target_ms=3.5,
-                           macs=net.space.macs(base), params=net.space.params(base))
+    base = sample_arch(net.space, 11)  # extras as `ofa search` writes them
+    arch = base.with_extra({"predicted_top1": 71.5, "latency_ms": 3.25, "lut": "tables/x.yaml", "target_ms": 3.5,
+                            "macs": net.space.macs(base), "params": net.space.params(base)})
     out = tmp_path / "deploy" / "model.onnx"
-    r = export_subnet(net, arch, out, data=data, calib_batches=2, batch_size=32, checkpoint=ckpt, latency=False)
+    r = export_subnet(net, arch, ExportConfig(out, calib_batches=2, batch_size=32, checkpoint=ckpt, latency=False),
+                      data=data)
     meta = read_metadata(out)
     assert meta["arch"] == arch and meta["arch"].extra["predicted_top1"] == 71.5
     assert meta["resolution"] == arch.resolution and meta["in_channels"] == 3
@@ -138,9 +138,9 @@ def test_metadata_round_trip_and_files(net, data, ckpt, tmp_path):
 
 
 def test_reloaded_subnet_matches_a_fresh_extraction(net, data, tmp_path):
-    arch = net.space.sample(5)
-    r = export_subnet(net, arch, tmp_path / "m.onnx", data=data, calib_batches=3, batch_size=16, latency=False,
-                      seed=4)
+    arch = sample_arch(net.space, 5)
+    r = export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx", calib_batches=3, batch_size=16, latency=False,
+                                              seed=4), data=data)
     reloaded = load_subnet(r.subnet_path)
     assert reloaded.ofa_meta["arch"] == arch and reloaded.ofa_meta["class_names"] == data.class_names
     # The same extraction and recalibration (same seed, same batches) gives bitwise-equal outputs.
@@ -152,13 +152,13 @@ def test_reloaded_subnet_matches_a_fresh_extraction(net, data, tmp_path):
 
 
 def test_parity_failure_is_an_error_and_writes_nothing(net, ckpt, tmp_path, monkeypatch, capsys):
-    import ofa.export
+    import ofa.deploy.export
 
-    arch = net.space.sample(2)
+    arch = sample_arch(net.space, 2)
     arch_path = arch.save(tmp_path / "arch.json")
     out = tmp_path / "model.onnx"
     out.write_bytes(b"previous good model")
-    real_to_onnx = ofa.export.to_onnx
+    real_to_onnx = ofa.deploy.export.to_onnx
 
     def corrupted(model, *args, **kwargs):  # an exporter bug: one logit off by 1e-3, ten times the tolerance
         model.classifier.bias.data[0] += 1e-3
@@ -167,9 +167,9 @@ def test_parity_failure_is_an_error_and_writes_nothing(net, ckpt, tmp_path, monk
         finally:
             model.classifier.bias.data[0] -= 1e-3
 
-    monkeypatch.setattr(ofa.export, "to_onnx", corrupted)
+    monkeypatch.setattr(ofa.deploy.export, "to_onnx", corrupted)
     with pytest.raises(ParityError, match="onnxruntime does not match PyTorch"):
-        export_subnet(net, arch, out, latency=False)
+        export_subnet(net, arch, ExportConfig(out, latency=False))
     rc = main(["export", "--supernet", str(ckpt), "--arch", str(arch_path), "--out", str(out), "--no-latency"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith("ofa export: error:") and "max |logit diff|" in err[-1]
@@ -179,14 +179,14 @@ def test_parity_failure_is_an_error_and_writes_nothing(net, ckpt, tmp_path, monk
 
 
 def test_cli_errors(net, ckpt, tmp_path, capsys):
-    arch_path = net.space.sample(1).save(tmp_path / "arch.json")
+    arch_path = sample_arch(net.space, 1).save(tmp_path / "arch.json")
     other = OFAMobileNetV3(tiny_space(stages=tiny_space().stages[:2])).save(tmp_path / "other.pt")
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes(ckpt.read_bytes()[:3000])
     bad_arch = tmp_path / "bad.json"
-    bad_arch.write_text(json.dumps({**net.space.sample(1).to_dict(), "resolution": 24}))
+    bad_arch.write_text(json.dumps({**sample_arch(net.space, 1).to_dict(), "resolution": 24}))
     wider = tiny_space(final_expand_width=96)  # same arch shape, other widths
-    foreign = wider.sample(1).with_extra(macs=wider.macs(wider.sample(1)), params=wider.params(wider.sample(1)))
+    foreign = wider.stamp(sample_arch(wider, 1))  # the arch JSON names the space it was searched in
     foreign_arch = foreign.save(tmp_path / "foreign.json")
     out = str(tmp_path / "m.onnx")
     cases = {
@@ -213,13 +213,12 @@ def test_cli_errors(net, ckpt, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["arch.json", "bad.json", "corrupt.pt", "foreign.json",
                                                           "other.pt"]
     with pytest.raises(Exception, match="supernet itself is not exported"):
-        export_subnet(net, None, tmp_path / "x.onnx")
+        export_subnet(net, None, ExportConfig(tmp_path / "x.onnx"))
 
 
 def synthetic_table(space, batch: int = 1, backend: str = "ort-cpu"):
     """A latency table for ``space`` with made-up entries (a MAC-proportional cost) and a short protocol."""
     from search.latency import LatencyTable
-    from search.measure import layer_specs
 
     entries = {spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.0, "count": 1}
                for r in space.resolutions for spec in layer_specs(space, r)}
@@ -233,8 +232,8 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
     from search.latency import save_table
 
     table = synthetic_table(net.space, batch=2)
-    arch = net.space.sample(9)
-    r = export_subnet(net, arch, tmp_path / "m.onnx", table=table)
+    arch = sample_arch(net.space, 9)
+    r = export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx"), table=table)
     assert r.predicted_latency_ms == pytest.approx(table.predict(arch))
     lat = r.latency_fp32
     assert lat.mean_ms > 0 and lat.batch == 2 and lat.threads == 1 and 1 <= lat.samples <= 5
@@ -245,11 +244,16 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
     # The CLI finds the table through the arch JSON's `lut` field and prints both numbers; the
     # checkpoint's meta names its data, so BN is recalibrated and test accuracy measured.
     table_path = save_table(tmp_path / "tables" / "dev.yaml", table.meta, table.entries)
-    arch_path = arch.with_extra(lut="tables/dev.yaml").save(tmp_path / "arch.json")
+    arch_path = arch.with_extra({"lut": "tables/dev.yaml"}).save(tmp_path / "arch.json")
     rc = main(["export", "--supernet", str(ckpt_with_data), "--arch", str(arch_path), "--out", str(tmp_path / "c.onnx"),
                "--calib-batches", "2", "--int8", "--dynamic-batch"])
-    out = capsys.readouterr().out
+    printed = capsys.readouterr()
+    out = printed.out
     assert rc == 0, out
+    # an arch file without a space fingerprint is accepted, with one note line
+    assert [line for line in printed.err.splitlines() if "names no space fingerprint" in line] == [
+        f"note: {arch_path}: names no space fingerprint (a hand-written or converted arch?); checked against the "
+        "supernet's space by its values only"]
     assert "BN recalibration: 2 training batches" in out and "64 test images + 16 random inputs" in out
     assert "top-1 on 96 test images: fp32" in out and "int8" in out
     assert "latency (table protocol, ort-cpu, batch 2, 1 thread(s)): fp32" in out and "table predicts" in out
@@ -259,13 +263,14 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
     assert read_metadata(tmp_path / "c.int8.onnx")["precision"].startswith("int8")
 
     # A table of the torch backend times the static PyTorch model (what it predicts), the ONNX file beside it.
-    r = export_subnet(net, arch, tmp_path / "t.onnx", table=synthetic_table(net.space, backend="torch-cpu"))
+    torch_table = synthetic_table(net.space, backend="torch-cpu")
+    r = export_subnet(net, arch, ExportConfig(tmp_path / "t.onnx"), table=torch_table)
     assert r.latency_fp32.source == "table protocol, torch-cpu" and r.latency_fp32.mean_ms > 0
     assert r.extra["latency"]["fp32 (onnx)"]["source"] == "table protocol, ort-cpu"
 
     other = synthetic_table(tiny_space(num_classes=7))
     with pytest.raises(Exception, match="table was measured for space"):
-        export_subnet(net, arch, tmp_path / "x.onnx", table=other)
+        export_subnet(net, arch, ExportConfig(tmp_path / "x.onnx"), table=other)
 
 
 def test_int8_within_two_points_of_fp32_after_brief_digits_training(tmp_path, capsys):
@@ -277,7 +282,7 @@ def test_int8_within_two_points_of_fp32_after_brief_digits_training(tmp_path, ca
         "eval.calib_batches=2", "optimizer.label_smoothing=0",
     ])
     ckpt = train(recipe, tmp_path / "run")
-    arch = recipe.space.sample(3, resolutions=[16])
+    arch = sample_arch(recipe.space, 3, resolutions=[16])
     assert arch != recipe.space.max_arch()
     arch_path = arch.save(tmp_path / "arch.json")
     out = tmp_path / "export" / "digits.onnx"

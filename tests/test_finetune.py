@@ -15,10 +15,12 @@ import pytest
 import torch
 from conftest import TINY_RECIPE, perturb
 
+from ofa.arch import Arch
 from ofa.cli import main
+from ofa.deploy.convert import read_metadata
 from ofa.errors import OFAError
 from ofa.finetune import finetune, load_finetune_recipe
-from ofa.space import Arch
+from ofa.io import file_sha256
 from ofa.subnet import load_subnet
 from ofa.supernet import OFAMobileNetV3
 from ofa.train import load_recipe
@@ -120,3 +122,37 @@ def test_official_subnet_config_is_accepted_as_arch(files, tmp_path):
     assert main(["finetune", str(RECIPE), "--supernet", str(files[0]), "--arch", str(official), "--out", str(out),
                  "--set", "epochs=1", "--set", "distill.teacher=none"]) == 0
     assert load_subnet(out / "subnet.pt").ofa_meta["arch"] == arch
+
+
+def test_export_subnet_keeps_the_finetuned_weights_and_checks_parity(reference, files, tmp_path, capsys):
+    subnet = reference / "subnet.pt"
+    out = tmp_path / "ft.onnx"
+    assert main(["export", "--subnet", str(subnet), "--out", str(out), "--no-latency"]) == 0
+    assert "BN recalibration: none (the fine-tuned subnet's own statistics)" in capsys.readouterr().out
+    result = json.loads(out.with_suffix(".export.json").read_text())
+    assert result["bn_batches"] == 0 and result["parity"]["ok"] and result["parity"]["real_inputs"] > 0
+    assert result["finetuned_sha256"] == file_sha256(subnet)
+    assert result["supernet_sha256"] == file_sha256(files[0])  # traced back through the fine-tuned file
+    # Not recalibrated: the exported static model is the fine-tuned one, weight for weight and statistic for statistic.
+    tuned, exported = load_subnet(subnet), load_subnet(out.with_suffix(".pt"))
+    assert all(torch.equal(v, exported.state_dict()[k]) for k, v in tuned.state_dict().items())
+    # Same model, same test split (rebuilt from the file's meta): the ONNX model's top-1 is the fine-tune's.
+    assert result["top1_fp32"] == pytest.approx(tuned.ofa_meta["test_top1"])
+    meta = read_metadata(out)
+    assert meta["arch"] == tuned.ofa_meta["arch"] and meta["bn_recalibration_batches"] == 0
+    assert meta["finetuned_sha256"] == file_sha256(subnet)
+    assert "fine-tuned as a standalone model" in out.with_suffix(".md").read_text()
+
+
+def test_export_subnet_refusals_are_one_line(reference, files, tmp_path, capsys):
+    subnet, out = str(reference / "subnet.pt"), str(tmp_path / "m.onnx")
+    cases = {
+        "give it without --supernet and --arch": ["--subnet", subnet, "--arch", str(files[1]), "--out", out],
+        "--supernet (with --arch) or --subnet": ["--out", out],
+        "not an ofa subnet file (format='ofa-supernet')": ["--subnet", str(files[0]), "--out", out],
+    }
+    for message, argv in cases.items():
+        assert main(["export", *argv]) == 2, message
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("ofa export: error:") and message in err[-1], (message, err)
+    assert not list(tmp_path.iterdir())

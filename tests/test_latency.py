@@ -11,15 +11,23 @@ import torch
 import yaml
 
 from ofa.cli import main
+from ofa.deploy import lut_build, lut_check
+from ofa.deploy.convert import export_onnx
+from ofa.deploy.layer_models import LayerModules, input_shape, layer_specs
+from ofa.deploy.lut_build import TableBuildConfig, build_table, calibration_archs, fit_correction
+from ofa.deploy.timing import Protocol, TimingConfig, measure_onnx, quiet_rounds, summarize, trimmed_stats
+from ofa.encoding import GeneLayout, sample_arch
 from ofa.errors import OFAError
 from ofa.space import SearchSpace, StageSpec
 from ofa.subnet import count_params
-from search import lut_build, measure
 from search.latency import LatencyTable, space_from_arg
-from search.lut_build import build_table, calibration_archs, fit_correction
-from search.measure import LayerModules, Protocol, layer_specs, quiet_rounds, summarize, trimmed_stats
 
 FAST = Protocol(warmup=1, rounds=4, prime=1, calls=1, keep=0.5, trim=0.0)
+
+
+def build(out, **settings) -> TableBuildConfig:
+    """A quick build: the fast protocol, 3 calibration subnets, no progress bars."""
+    return TableBuildConfig(out, **{"protocol": FAST, "calibrate": 3, "progress": False, **settings})
 
 
 def small_space(**overrides) -> SearchSpace:
@@ -53,7 +61,7 @@ def synthetic_table(space: SearchSpace, scale: float = 0.9, offset: float = 0.05
 def test_layer_specs_cover_every_layer_of_random_archs(space, rng):
     keys = {spec.key for r in space.resolutions for spec in layer_specs(space, r)}
     for _ in range(300):
-        arch = space.sample(rng)
+        arch = sample_arch(space, rng)
         missing = [layer.key for layer in space.layers(arch) if layer.key not in keys]
         assert not missing
     # per resolution: 4 fixed layers + per stage (first block, later blocks) x kernels x expands
@@ -67,7 +75,7 @@ def test_layer_modules_are_the_subnet_layers(space):
     for key, (spec, module) in modules.for_resolution(16).items():
         assert count_params(module) == spec.params, key
         with torch.no_grad():
-            out = module.eval()(torch.zeros(measure.input_shape(spec, 2)))
+            out = module.eval()(torch.zeros(input_shape(spec, 2)))
         expected = (2, spec.out_c) if spec.kind == "head" else (2, spec.out_c, spec.out_hw, spec.out_hw)
         assert tuple(out.shape) == expected, key
 
@@ -75,22 +83,22 @@ def test_layer_modules_are_the_subnet_layers(space):
 # ------------------------------------------------------------------------------------------ prediction
 def test_predict_is_corrected_sum_and_matches_predict_batch(space, rng):
     table = synthetic_table(space, scale=0.9, offset=0.05)
-    rows = space.sample_genes(500, rng)
+    rows = GeneLayout.of(space).sample(500, rng)
     batch = table.predict_batch(rows)
     for row, value in zip(rows[:50], batch[:50]):
-        arch = space.decode(row)
+        arch = GeneLayout.of(space).decode(row)
         by_hand = 0.9 * (0.02 + sum(1e-6 * layer.macs + 0.01 for layer in space.layers(arch))) + 0.05
         assert table.predict(arch) == pytest.approx(by_hand, rel=1e-12)
         assert value == pytest.approx(by_hand, rel=1e-12)
         assert table.predict_raw(arch) == pytest.approx((by_hand - 0.05) / 0.9, rel=1e-12)
-    assert table.predict_batch(space.sample_genes(100_000, rng)).shape == (100_000,)
+    assert table.predict_batch(GeneLayout.of(space).sample(100_000, rng)).shape == (100_000,)
 
 
 def test_save_load_round_trip(tmp_path, space, rng):
     table = synthetic_table(space)
     path = table.save(tmp_path / "t.yaml")
     loaded = LatencyTable.load(path)
-    rows = space.sample_genes(100, rng)
+    rows = GeneLayout.of(space).sample(100, rng)
     np.testing.assert_allclose(loaded.predict_batch(rows), table.predict_batch(rows))
     assert loaded.space == space
     entry_lines = [line for line in path.read_text().splitlines() if "mean_ms" in line]
@@ -173,17 +181,38 @@ def test_calibration_archs_span_the_range(space):
     assert archs == calibration_archs(space, 16, 6, seed=0)
 
 
+def test_calibration_archs_compare_subnets_not_unused_slots():
+    """A space with fewer subnets than asked for gives each of them once (unused slots ignored)."""
+    space = small_space(stages=(StageSpec(8, 2, False, "relu"),), expands=(2,))  # 2 + 2 * 2 = 6 subnets
+    archs = calibration_archs(space, 8, 10, seed=0)
+    layout = GeneLayout.of(space)
+    keys = {layout.canonical(layout.encode(a)).tobytes() for a in archs}
+    assert space.count() == 6 and len(archs) == len(keys) == 6
+    assert archs[:2] == [space.min_arch(8), space.max_arch(8)]
+
+
+def test_two_subnet_space_builds_and_check_says_what_it_needs(tmp_path, capsys):
+    space = small_space(stages=(StageSpec(8, 2, False, "relu"),), depths=(1,), kernels=(3,), resolutions=(8,))
+    assert space.count() == 2
+    table = build_table(space, build(tmp_path / "t.yaml", calibrate=10))
+    assert len(table.calibration_archs()) == 2 and table.probes(8) == []  # every subnet calibrates
+    assert table.meta["complete"]
+    assert main(["lut", "check", str(tmp_path / "t.yaml"), "--n", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "ofa lut: error: resolution 8: the space has fewer than 1 subnets outside the calibration set"
+
+
 def test_measure_onnx_times_an_exported_model(tmp_path):
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
-    path = measure.export_onnx(model, (1, 3, 16, 16), tmp_path / "m.onnx")
-    stats = measure.measure_onnx(path, (1, 3, 16, 16), repeats=6, warmup=1)
+    path = export_onnx(model, (1, 3, 16, 16), tmp_path / "m.onnx")
+    stats = measure_onnx(path, (1, 3, 16, 16), TimingConfig(protocol=Protocol(rounds=6, warmup=1)))
     assert stats["mean_ms"] > 0 and stats["count"] == 3
     with pytest.raises(OFAError, match="not found"):
-        measure.measure_onnx(tmp_path / "nope.onnx", (1, 3, 16, 16))
+        measure_onnx(tmp_path / "nope.onnx", (1, 3, 16, 16))
     with pytest.raises(OFAError, match=r"input of shape \[1, 3, 9\]"):
-        measure.measure_onnx(path, (1, 3, 9))
+        measure_onnx(path, (1, 3, 9))
     with pytest.raises(OFAError, match="onnxruntime backend"):
-        measure.measure_onnx(path, (1, 3, 16, 16), backend="torch-cpu")
+        measure_onnx(path, (1, 3, 16, 16), TimingConfig(backend="torch-cpu"))
 
 
 # ------------------------------------------------------------------------------------------ build
@@ -194,7 +223,7 @@ def test_build_is_resumable_and_never_remeasures(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        build_table(space, out, protocol=FAST, calibrate=3, progress=False, on_resolution_done=interrupt)
+        build_table(space, build(out), on_resolution_done=interrupt)
     first = yaml.safe_load(out.read_text())
     assert first["meta"]["resolutions_done"] == [8] and first["meta"]["complete"] is False
     with pytest.raises(OFAError, match="unfinished"):
@@ -204,7 +233,7 @@ def test_build_is_resumable_and_never_remeasures(tmp_path, monkeypatch):
     original = lut_build._measure_resolution
     monkeypatch.setattr(lut_build, "_measure_resolution",
                         lambda sp, r, *a, **k: (measured.append(r), original(sp, r, *a, **k)))
-    table = build_table(space, out, protocol=FAST, calibrate=3, progress=False)
+    table = build_table(space, build(out))
     assert measured == [12]
     assert all(table.entries[k] == v for k, v in first["entries"].items())  # 8 px entries kept as they were
     assert table.meta["complete"] and sorted(table.meta["correction"]["per_resolution"]) == [8, 12]
@@ -213,22 +242,21 @@ def test_build_is_resumable_and_never_remeasures(tmp_path, monkeypatch):
     scale, offset = table.correction(12)
     assert table.predict(arch) == pytest.approx(scale * table.predict_raw(arch) + offset)
 
-    build_table(space, out, protocol=FAST, calibrate=3, progress=False)  # complete: nothing measured
+    build_table(space, build(out))  # complete: nothing measured
     assert measured == [12]
     with pytest.raises(OFAError, match="threads=1, this build asks 2"):
-        build_table(space, out, protocol=FAST, calibrate=3, threads=2, progress=False)
+        build_table(space, build(out, threads=2))
 
 
 def test_torch_cpu_backend_builds_without_overhead(tmp_path):
-    table = build_table(small_space(resolutions=(8,)), tmp_path / "t.yaml", backend="torch-cpu", protocol=FAST,
-                        calibrate=0, progress=False)
+    table = build_table(small_space(resolutions=(8,)), build(tmp_path / "t.yaml", backend="torch-cpu", calibrate=0))
     assert table.meta["runtime"] == "torch" and table.meta["overhead_ms"] == 0.0
     assert table.correction(8) == (1.0, 0.0)
     assert table.predict(table.space.max_arch()) > table.predict(table.space.min_arch())
 
 
 # ------------------------------------------------------------------------------------------ CLI end to end
-def test_cli_build_then_check(tmp_path, capsys):
+def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump({"space": small_space().to_dict()}))
     table_path, out = tmp_path / "tiny.yaml", tmp_path / "check"
@@ -238,8 +266,15 @@ def test_cli_build_then_check(tmp_path, capsys):
     assert meta["command"].startswith("ofa lut build --space") and meta["complete"]
     assert meta["protocol"]["rounds"] == 4 and meta["clock"] == "thread-cpu-time"
     capsys.readouterr()
+    # subnets are loaded and timed in blocks (here of at most 5 models, the probes in each resolution's first)
+    timed = []
+    original = lut_check.time_interleaved
+    monkeypatch.setattr(lut_check, "MAX_LOADED", 5)
+    monkeypatch.setattr(lut_check, "time_interleaved", lambda runners, *a: (timed.append(len(runners)),
+                                                                            original(runners, *a))[1])
     assert main(["lut", "check", str(table_path), "--space", str(space_file), "--n", "4", "--repeats", "4",
                  "--out", str(out), "--json", "--quiet"]) == 0
+    assert timed == [2 + lut_build.PROBES, 2] * 2
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 8 and set(summary["per_resolution"]) == {"8", "12"}
     assert all(s["machine_drift"] > 0 for s in summary["per_resolution"].values())

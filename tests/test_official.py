@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import perturb
 
+from ofa.arch import Arch
 from ofa.cli import main
+from ofa.encoding import sample_arch
 from ofa.errors import OFAError, SpaceError
 from ofa.official import ImportConfig, import_official, to_official_state
-from ofa.space import Arch, SearchSpace
+from ofa.space import SearchSpace
 from ofa.supernet import OFAMobileNetV3
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -95,7 +98,7 @@ def test_fp16_checkpoint_imports_as_fp32(tmp_path, imported, official_state):
 
 
 def test_own_supernet_at_untested_width_round_trips_through_official_layout(tmp_path):
-    space = SearchSpace.mbv3(width_mult=0.75, num_classes=7, kernels=(3, 5), expands=(2, 4), depths=(1, 2))
+    space = replace(SearchSpace.mbv3(), width_mult=0.75, num_classes=7, kernels=(3, 5), expands=(2, 4), depths=(1, 2))
     torch.manual_seed(0)
     net = perturb(OFAMobileNetV3(space), seed=3).eval()
     path = _save(tmp_path, to_official_state(net))
@@ -105,7 +108,7 @@ def test_own_supernet_at_untested_width_round_trips_through_official_layout(tmp_
     assert [s.se for s in back.space.stages] == [s.se for s in space.stages]
     x = torch.randn(2, 3, 128, 128, generator=torch.Generator().manual_seed(1))
     for seed in range(3):
-        arch = Arch(128, *(getattr(space.sample(seed), f) for f in ("depths", "kernels", "expands")))
+        arch = Arch(128, *(getattr(sample_arch(space, seed), f) for f in ("depths", "kernels", "expands")))
         assert torch.equal(_logits(back, arch, x), _logits(net, arch, x))
 
 
@@ -151,7 +154,7 @@ def test_bad_checkpoints_give_one_line(tmp_path, official_state, kind, needle):
 def test_unreadable_and_foreign_files_give_one_line(tmp_path, capsys):
     truncated = tmp_path / "truncated.pth"
     truncated.write_bytes(CHECKPOINT.read_bytes()[:100_000])
-    ours = OFAMobileNetV3(SearchSpace.mbv3(width_mult=0.5, num_classes=3)).save(tmp_path / "ours.pt")
+    ours = OFAMobileNetV3(replace(SearchSpace.mbv3(), width_mult=0.5, num_classes=3)).save(tmp_path / "ours.pt")
     for path, needle in ((truncated, "corrupted or truncated"), (EXPECTED, "'archs' is a list, not a tensor"),
                          (ours, "already an ofa-supernet file"), (tmp_path / "nope.pth", "not found")):
         assert main(["import", str(path), "--out", str(tmp_path / "out.pt")]) == 2

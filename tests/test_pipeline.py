@@ -9,35 +9,32 @@ import pytest
 from conftest import TINY_RECIPE as RECIPE
 
 from ofa.cli import main
+from ofa.deploy.lut_build import TableBuildConfig, build_table
+from ofa.deploy.timing import Protocol
+from ofa.errors import OFAError
 from ofa.io import read_yaml
 from ofa.pipeline import Pipeline, PipelineConfig, find_shipped_table
 from ofa.space import SearchSpace
-from search.lut_build import build_table
-from search.measure import Protocol
 
 FAST = Protocol(warmup=1, rounds=4, prime=1, calls=1, keep=0.5, trim=0.0)
 
 
-def run(cfg: PipelineConfig) -> tuple[dict, list[list[str]], list[str]]:
-    calls: list[list[str]] = []
+def run(cfg: PipelineConfig) -> tuple[dict, list[str], list[str]]:
     lines: list[str] = []
-
-    def verb(argv: list[str]) -> int:
-        calls.append(argv)
-        return main(argv)
-
-    return Pipeline(cfg, run_verb=verb, log=lines.append).run(), calls, lines
+    result = Pipeline(cfg, log=lines.append).run()
+    return {"rows": result.rows, "plots": result.plots}, result.ran, lines
 
 
 def test_pipeline_end_to_end_and_resume(tmp_path):
     space = SearchSpace.from_dict(read_yaml(RECIPE)["space"])
     table = tmp_path / "table.yaml"
-    build_table(space, table, protocol=FAST, calibrate=3, progress=False)
+    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=3, progress=False))
     out = tmp_path / "run"
     cfg = PipelineConfig(recipe=RECIPE, out=out, subnets=12, lut=table)
 
     summary, calls, _ = run(cfg)
-    assert [c[0] for c in calls] == ["train", "predictor", "predictor", "search"] + ["export"] * 4
+    assert calls[:4] == ["train", "collect", "fit", "search"] and len(calls) == 8
+    assert all(c.startswith("export arch_") for c in calls[4:])
     for name in ("supernet.pt", "recipe.yaml", "metrics.jsonl", "acc.jsonl", "predictor.pt", "search/search.json",
                  "search/pareto.png", "search/pareto.json", "summary.md", "summary.json", "pipeline.json"):
         assert (out / name).is_file(), name
@@ -63,12 +60,12 @@ def test_pipeline_end_to_end_and_resume(tmp_path):
     victim = Path(rows[1]["onnx"])
     victim.unlink()
     _, calls, _ = run(cfg)
-    assert calls == [c for c in calls if c[0] == "export"] and len(calls) == 1
+    assert calls == [f"export {victim.stem}"]
     assert victim.is_file()
 
     # A changed recipe is refused instead of mixing two runs in one folder.
     changed = PipelineConfig(recipe=RECIPE, out=out, subnets=12, lut=table, overrides=["phases.full.epochs=3"])
-    with pytest.raises(Exception, match="holds a run of a different recipe"):
+    with pytest.raises(OFAError, match=r"stage 'train': .*phases\[.*\]\.epochs is 3, but .* was trained with 2"):
         run(changed)
     assert json.loads((out / "pipeline.json").read_text())["train"]
 

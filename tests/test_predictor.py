@@ -9,11 +9,23 @@ from conftest import perturb, tiny_space
 
 from ofa.cli import main
 from ofa.data import data_from_meta
+from ofa.encoding import GeneLayout
 from ofa.errors import OFAError
 from ofa.evaluate import evaluate_arch
 from ofa.supernet import OFAMobileNetV3
-from search.collect import FILE_KIND, collect, load_accuracy, part_path, read_accuracy, subnet_arch
-from search.predictor import AccuracyPredictor, ArchEncoder, active_slots, fit_predictor, kendall_tau
+from ofa.train.distributed import DistEnv
+from search.collect import (
+    FILE_KIND,
+    AccuracyData,
+    CollectConfig,
+    collect,
+    load_accuracy,
+    part_path,
+    read_accuracy,
+    subnet_arch,
+)
+from search.fit import FitConfig, fit_predictor
+from search.predictor import PREDICTOR_FORMAT, AccuracyPredictor, kendall_tau
 
 
 def synthetic_top1(space, rows):
@@ -21,49 +33,40 @@ def synthetic_top1(space, rows):
     rng = np.random.default_rng(1)
     wk = rng.uniform(0.1, 1.0, (space.num_slots, len(space.kernels))).cumsum(1)
     we = rng.uniform(0.1, 1.0, (space.num_slots, len(space.expands))).cumsum(1)
-    sl, act = space.gene_slices(), active_slots(space, rows)
+    layout = GeneLayout.of(space)
+    sl, act = layout.slices, layout.active_slots(rows)
     slots = np.arange(space.num_slots)
-    score = (act * (wk[slots, rows[:, sl["kernels"]]] + we[slots, rows[:, sl["expands"]]])).sum(1) + rows[:, 0]
+    score = (act * (wk[slots, rows[:, sl["kernels"]]] + we[slots, rows[:, sl["expands"]]])).sum(1)
+    score = score + rows[:, layout.resolution]
     return 60.0 + 30.0 * np.tanh(score / 15.0)
 
 
-def test_encoder_round_trip(space, rng):
-    enc = ArchEncoder(space)
-    assert enc.dim == space.num_slots * (len(space.kernels) + len(space.expands)) + len(space.resolutions)
-    rows = space.sample_genes(200, rng)
-    feats = enc.encode_rows(rows)
-    assert feats.dtype == np.float32 and set(np.unique(feats)) == {0.0, 1.0}
-    # two ones per active slot (kernel, expand) and one for the resolution; skipped slots are all zeros
-    assert np.array_equal(feats.sum(1), 2 * active_slots(space, rows).sum(1) + 1)
-    archs = enc.decode(feats)
-    assert np.array_equal(enc.encode(archs), feats)
-    for row, arch in zip(rows, archs):
-        orig = space.decode(row)
-        assert (arch.resolution, arch.depths) == (orig.resolution, orig.depths)
-        assert space.layers(arch) == space.layers(orig)  # the same subnet
-    assert np.array_equal(enc.encode(space.max_arch()), enc.encode_rows(space.encode(space.max_arch())))
-    bad = feats[:1].copy()
-    bad[0, : enc.per_slot] = 0  # slot 0 of stage 0 skipped while later slots run
-    with pytest.raises(OFAError, match="stage 0"):
-        enc.decode(bad)
+def measured(space, rows, top1, halves=None):
+    return AccuracyData(space, rows, top1, halves, {})
 
 
 def test_fit_recovers_a_known_accuracy_function(space, tmp_path):
-    rows = space.sample_genes(700, np.random.default_rng(0))
+    rows = GeneLayout.of(space).sample(700, np.random.default_rng(0))
     top1 = synthetic_top1(space, rows)
     curve = []
-    model, report, _ = fit_predictor(space, rows, top1, seed=0, max_epochs=200, patience=20,
-                                     on_epoch=curve.append)
-    assert report.heldout_size == 140 and report.train_size == 560
+    fit = fit_predictor(measured(space, rows, top1), FitConfig(seed=0, max_epochs=200, patience=20),
+                        on_epoch=curve.append)
+    model, report = fit.predictor, fit.report
+    # three disjoint splits: fit, early stopping, and the reported test split
+    assert (report.test_size, report.stop_size, report.train_size) == (140, 105, 455)
     assert report.tau >= 0.9, report.summary()
     assert report.rmse < 0.35 * report.spread
     assert curve[-1]["epoch"] == report.epochs and report.best_epoch <= report.epochs
-    assert min(m["heldout_rmse"] for m in curve) == pytest.approx(report.rmse, rel=1e-4)
+    assert min(m["stop_rmse"] for m in curve) == pytest.approx(report.stop_rmse, rel=1e-4)
+    test_rows = fit.test["rows"]
+    assert report.rmse == pytest.approx(float(np.sqrt(np.mean((model.predict_batch(test_rows)
+                                                               - synthetic_top1(space, test_rows)) ** 2))), rel=1e-6)
     # fresh subnets, never seen in training or early stopping
-    fresh = space.sample_genes(300, np.random.default_rng(99))
+    fresh = GeneLayout.of(space).sample(300, np.random.default_rng(99))
     assert kendall_tau(model.predict_batch(fresh), synthetic_top1(space, fresh)) >= 0.9
     # same seed, same predictor
-    short = [fit_predictor(space, rows, top1, seed=0, max_epochs=8)[0].predict_batch(fresh) for _ in range(2)]
+    short = [fit_predictor(measured(space, rows, top1), FitConfig(seed=0, max_epochs=8)).predictor.predict_batch(fresh)
+             for _ in range(2)]
     assert np.array_equal(short[0], short[1])
 
     # file round trip keeps predictions and refuses other spaces
@@ -71,7 +74,8 @@ def test_fit_recovers_a_known_accuracy_function(space, tmp_path):
     loaded = AccuracyPredictor.load(tmp_path / "p.pt")
     assert np.allclose(loaded.predict_batch(fresh), model.predict_batch(fresh), atol=1e-5)
     assert loaded.metrics["tau"] == report.tau
-    assert loaded.predict(space.decode(fresh[0])) == pytest.approx(float(model.predict_batch(fresh[:1])[0]), abs=1e-4)
+    first = GeneLayout.of(space).decode(fresh[0])
+    assert loaded.predict(first) == pytest.approx(float(model.predict_batch(fresh[:1])[0]), abs=1e-4)
     loaded.check_space(tiny_space(), "the supernet")
     with pytest.raises(OFAError, match="predictor was fitted on space"):
         loaded.check_space(tiny_space(kernels=(3, 5)), "the supernet")
@@ -85,7 +89,14 @@ def test_predictor_file_errors(space, tmp_path):
     with pytest.raises(OFAError, match="not an accuracy predictor"):
         AccuracyPredictor.load(tmp_path / "supernet.pt")
     with pytest.raises(OFAError, match="at least 10"):
-        fit_predictor(space, space.sample_genes(5, np.random.default_rng(0)), np.arange(5.0))
+        fit_predictor(measured(space, GeneLayout.of(space).sample(5, np.random.default_rng(0)), np.arange(5.0)),
+                      FitConfig())
+    with pytest.raises(OFAError, match="--test-fraction must be between 0 and 1"):
+        FitConfig(test_fraction=1.5)
+    bare = {"format": PREDICTOR_FORMAT, "hidden": 4, "layers": 1, "state_dict": {}}
+    torch.save(bare, tmp_path / "nospace.pt")
+    with pytest.raises(OFAError, match="lacks 'space'"):
+        AccuracyPredictor.load(tmp_path / "nospace.pt")
 
 
 DATA = {"name": "synthetic", "image_size": 20, "val_fraction": 0.3, "augment": "light",
@@ -106,7 +117,7 @@ def test_collect_resume_and_shards(supernet, tmp_path):
     data = data_from_meta(net.meta)
     kw = dict(seed=3, calib_batches=2, batch_size=16, repeat_split=True, progress=False)
     out = tmp_path / "acc.jsonl"
-    assert collect(net, data.train, data.val, out, 3, **kw) == 3
+    assert collect(net, data, out, CollectConfig(3, **kw)).measured == 3
     header, recs = read_accuracy(out)
     assert header["kind"] == FILE_KIND and header["repeat_split"] and header["val_images"] == len(data.val)
     assert [r["index"] for r in recs] == [0, 1, 2]
@@ -126,29 +137,30 @@ def test_collect_resume_and_shards(supernet, tmp_path):
     # a crash mid-line is dropped; rerunning extends to a larger --n without redoing finished subnets
     with open(out, "a") as f:
         f.write('{"index": 3, "arch": {"resolu')
-    assert collect(net, data.train, data.val, out, 5, **kw) == 2
+    assert collect(net, data, out, CollectConfig(5, **kw)).measured == 2
     header, recs = read_accuracy(out)
     assert [r["index"] for r in recs] == [0, 1, 2, 3, 4]
     assert all(line.startswith("{") and line.endswith("}") for line in out.read_text().splitlines())
-    assert collect(net, data.train, data.val, out, 5, **kw) == 0
+    assert collect(net, data, out, CollectConfig(5, **kw)).measured == 0
 
     # other settings or other weights cannot be mixed into the same file
     with pytest.raises(OFAError, match="seed=3"):
-        collect(net, data.train, data.val, out, 6, **{**kw, "seed": 4})
+        collect(net, data, out, CollectConfig(6, **{**kw, "seed": 4}))
     other = perturb(OFAMobileNetV3(net.space), seed=1)
     with pytest.raises(OFAError, match="weights="):
-        collect(other, data.train, data.val, out, 6, **kw)
+        collect(other, data, out, CollectConfig(6, **kw))
 
     # two ranks share the subnets (each into its part file), rank 0 merges: same numbers as one process
     sharded = tmp_path / "sharded.jsonl"
-    assert collect(net, data.train, data.val, sharded, 5, rank=1, world_size=2, **kw) == 2
+    rank = [DistEnv(r, 2, 0, torch.device("cpu")) for r in range(2)]
+    assert collect(net, data, sharded, CollectConfig(5, **kw), rank[1]).measured == 2
     assert part_path(sharded, 1).is_file()
-    assert collect(net, data.train, data.val, sharded, 5, rank=0, world_size=2, **kw) == 3  # (barrier,) merge
+    assert collect(net, data, sharded, CollectConfig(5, **kw), rank[0]).measured == 3  # (barrier,) merge
     assert not part_path(sharded, 1).exists() and not part_path(sharded, 0).exists()
     assert read_accuracy(sharded)[1] == recs
 
     data_arrays = load_accuracy(out)
-    assert data_arrays.rows.shape == (5, len(net.space.gene_sizes)) and data_arrays.halves is not None
+    assert data_arrays.rows.shape == (5, GeneLayout.of(net.space).genes) and data_arrays.halves is not None
     assert np.array_equal(data_arrays.top1, [r["top1"] for r in recs])
 
 
@@ -162,11 +174,11 @@ def test_cli_collect_and_fit(supernet, tmp_path, capsys):
 
     # fit from a collection file: synthetic accuracies (a real collection of this size would be noise)
     space = tiny_space(in_channels=1, num_classes=4)
-    rows = space.sample_genes(120, np.random.default_rng(0))
+    rows = GeneLayout.of(space).sample(120, np.random.default_rng(0))
     top1 = synthetic_top1(space, rows)
     noise = np.random.default_rng(1).normal(0, 0.5, (2, len(rows)))
     lines = [dict(header, repeat_split=True)] + [
-        {"index": i, "arch": space.decode(r).to_dict(), "top1": t, "top1_a": t + a, "top1_b": t + b}
+        {"index": i, "arch": GeneLayout.of(space).decode(r).to_dict(), "top1": t, "top1_a": t + a, "top1_b": t + b}
         for i, (r, t, a, b) in enumerate(zip(rows, top1, *noise))]
     acc = tmp_path / "synthetic.jsonl"
     acc.write_text("".join(json.dumps(x) + "\n" for x in lines))

@@ -1,5 +1,6 @@
 """Resume: a run killed with SIGKILL at a random point and resumed ends bit-identical to an
-uninterrupted one; a damaged checkpoint is a clear error and its predecessor stays."""
+uninterrupted one; a damaged checkpoint is a clear error and its predecessor stays; a changed
+recipe or world size is refused in one line naming the key, except the allowlisted keys."""
 
 from __future__ import annotations
 
@@ -15,11 +16,16 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import TINY_RECIPE as TINY
 
+from ofa.cli import main
 from ofa.errors import OFAError
+from ofa.io import save_torch
+from ofa.supernet import OFAMobileNetV3
 from ofa.train import load_recipe, train
 from ofa.train.checkpoint import CheckpointStore
+from ofa.train.recipe import recipe_from_dict
 
 # Checkpoint every 2 steps (the schedule, and so the weights, do not depend on it).
 OVERRIDES = ["checkpoint.every_steps=2"]
@@ -99,3 +105,79 @@ def test_resume_refuses_a_different_space(reference, tmp_path):
     shutil.copytree(reference / "checkpoints", out / "checkpoints")
     with pytest.raises(OFAError, match="search space differs"):
         train(load_recipe(TINY, [*OVERRIDES, "space.final_expand_width=24"]), out, resume=True)
+
+
+def _copy_run(reference: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    return out
+
+
+def _edit_latest_checkpoint(out: Path, edit) -> None:
+    path = CheckpointStore(out / "checkpoints").paths()[-1]
+    state = torch.load(path, weights_only=True)
+    edit(state)
+    save_torch(path, state)
+
+
+def _fewer_phases():
+    raw = yaml.safe_load(TINY.read_text())
+    raw["phases"] = raw["phases"][:2]
+    return recipe_from_dict(raw, str(TINY))
+
+
+@pytest.mark.parametrize(("changed", "key", "values"), [
+    (lambda: load_recipe(TINY, [*OVERRIDES, "phases.expand.epochs=2"]), "phases[2].epochs", "is 2, but"),
+    (_fewer_phases, "phases", "is 2 entries ['full', 'depth'], but"),
+    (lambda: load_recipe(TINY, [*OVERRIDES, "phases.depth.lr=0.1"]), "phases[1].lr", "is 0.1, but"),
+    (lambda: load_recipe(TINY, [*OVERRIDES, "data.batch_size=8"]), "data.batch_size", "is 8, but"),
+])
+def test_resume_refuses_a_changed_recipe_naming_the_key(reference, tmp_path, changed, key, values):
+    out = _copy_run(reference, tmp_path)
+    before = (out / "recipe.yaml").read_bytes()
+    with pytest.raises(OFAError) as err:
+        train(changed(), out, resume=True)
+    message = str(err.value)
+    assert f"{TINY}: {key} {values}" in message and "trained with" in message and "\n" not in message
+    assert (out / "recipe.yaml").read_bytes() == before
+
+
+def test_resume_refuses_another_world_size_and_the_cli_exits_2(reference, tmp_path, capsys):
+    out = _copy_run(reference, tmp_path)
+    assert torch.load(CheckpointStore(out / "checkpoints").paths()[-1], weights_only=True)["world_size"] == 1
+    _edit_latest_checkpoint(out, lambda s: s.update(world_size=2))
+    with pytest.raises(OFAError, match=r"trained on 2 process\(es\), this run has 1"):
+        train(load_recipe(TINY, OVERRIDES), out, resume=True)
+
+    _edit_latest_checkpoint(out, lambda s: s.update(world_size=1))
+    argv = ["train", str(TINY), "--out", str(out), "--resume", *[a for o in OVERRIDES for a in ("--set", o)]]
+    assert main([*argv, "--set", "phases.full.epochs=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "phases[0].epochs is 3" in err
+
+
+def test_resume_accepts_allowlisted_changes_and_keeps_recipe_yaml(reference, tmp_path, capsys):
+    out = _copy_run(reference, tmp_path)
+    before = (out / "recipe.yaml").read_bytes()
+    capsys.readouterr()
+    path = train(load_recipe(TINY, [*OVERRIDES, "eval.calib_batches=3", "data.root=/elsewhere"]), out, resume=True)
+    printed = capsys.readouterr().out
+    assert "resuming with eval.calib_batches 2 -> 3" in printed
+    assert "data.root: None -> /elsewhere: resuming on a moved copy" in printed
+    assert (out / "recipe.yaml").read_bytes() == before  # the recipe the run started with
+    assert OFAMobileNetV3.load(path).meta["recipe"]["eval"]["calib_batches"] == 3  # the one it continued with
+
+
+def test_a_checkpoint_without_a_recipe_resumes_with_one_warning(reference, tmp_path, capsys):
+    out = _copy_run(reference, tmp_path)
+
+    def forget(state):
+        del state["meta"]["recipe"]
+        del state["world_size"]
+
+    _edit_latest_checkpoint(out, forget)
+    capsys.readouterr()
+    path = train(load_recipe(TINY, [*OVERRIDES, "phases.depth.lr=0.1"]), out, resume=True)
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "records no recipe and world size" in warnings[0]
+    assert path.is_file()

@@ -7,15 +7,17 @@ import pytest
 import torch
 from conftest import tiny_space
 
+from ofa.arch import Arch
 from ofa.cli import main
+from ofa.encoding import GeneLayout
 from ofa.errors import OFAError
-from ofa.space import Arch, SearchSpace
+from ofa.space import SearchSpace
 from ofa.supernet import OFAMobileNetV3
 from search.dense import DenseCost, macs_model
-from search.evolution import EvolutionConfig, cheapest_rows, check_reachable, run_search, unique_rows
+from search.evolution import EvolutionConfig, SearchConfig, cheapest_rows, check_reachable, run_search, unique_rows
 from search.latency import LatencyTable, save_table
 from search.pareto import ParetoFront, non_dominated
-from search.predictor import AccuracyPredictor, active_slots, canonical_rows
+from search.predictor import AccuracyPredictor
 
 SMALL = EvolutionConfig(population=40, generations=40)
 
@@ -37,18 +39,19 @@ class LinearAccuracy:
 
     def predict_batch(self, rows):
         self.calls += 1
-        sl, act = self.space.gene_slices(), active_slots(self.space, rows)
+        layout = GeneLayout.of(self.space)
+        sl, act = layout.slices, layout.active_slots(rows)
         slots = np.arange(self.space.num_slots)
         k = self.wk[slots, rows[:, sl["kernels"]]]
         e = self.we[slots, rows[:, sl["expands"]]]
-        return 50.0 + 2.0 * rows[:, 0] + (act * (k + e)).sum(1)
+        return 50.0 + 2.0 * rows[:, layout.resolution] + (act * (k + e)).sum(1)
 
 
 @pytest.fixture(scope="module")
 def setup():
     space = tiny_space()
     lat = DenseCost.from_layer_cost(space, layer_ms, overhead=0.3)
-    rows = space.sample_genes(5000, np.random.default_rng(0))
+    rows = GeneLayout.of(space).sample(5000, np.random.default_rng(0))
     return space, lat, np.percentile(lat.predict_batch(rows), [20, 50])
 
 
@@ -64,9 +67,9 @@ def test_defaults_are_the_official_evolution_finder():
 def test_constraints_hold_and_results_are_consistent(setup):
     space, lat, (t20, t50) = setup
     macs = macs_model(space)
-    max_macs = float(np.percentile(macs.predict_batch(space.sample_genes(2000, np.random.default_rng(1))), 60))
+    max_macs = float(np.percentile(macs.predict_batch(GeneLayout.of(space).sample(2000, np.random.default_rng(1))), 60))
     pred = LinearAccuracy(space)
-    res = run_search(space, pred, lat, [t20, t50], max_macs=max_macs, seed=3, config=SMALL)
+    res = run_search(space, pred, lat, SearchConfig([t20, t50], max_macs=max_macs, seed=3, evolution=SMALL))
     assert pred.calls <= 2 * (SMALL.generations + 1)  # at most one batched predictor call per generation
     assert [t.target_ms for t in res.targets] == [t20, t50]
     for t in res.targets:
@@ -75,7 +78,8 @@ def test_constraints_hold_and_results_are_consistent(setup):
         assert lat.predict(arch) == pytest.approx(t.arch.extra["latency_ms"], abs=1e-4)
         assert t.arch.extra["macs"] == space.macs(arch) <= max_macs
         assert t.arch.extra["params"] == space.params(arch)
-        assert t.arch.extra["predicted_top1"] == pytest.approx(pred.predict_batch(space.encode(arch)[None])[0])
+        row = GeneLayout.of(space).encode(arch)[None]
+        assert t.arch.extra["predicted_top1"] == pytest.approx(pred.predict_batch(row)[0])
         assert np.all(np.diff(t.history) >= 0)  # elitist: the best never gets worse
     assert res.targets[1].arch.extra["predicted_top1"] >= res.targets[0].arch.extra["predicted_top1"]
     # every evaluated subnet met the constraints of its search
@@ -86,14 +90,14 @@ def test_constraints_hold_and_results_are_consistent(setup):
 def test_seeded_and_reproducible(setup):
     space, lat, (t20, _) = setup
     pred = LinearAccuracy(space)
-    a = run_search(space, pred, lat, [t20], seed=7, config=SMALL)
-    b = run_search(space, pred, lat, [t20], seed=7, config=SMALL)
-    c = run_search(space, pred, lat, [t20], seed=8, config=SMALL)
+    a = run_search(space, pred, lat, SearchConfig([t20], seed=7, evolution=SMALL))
+    b = run_search(space, pred, lat, SearchConfig([t20], seed=7, evolution=SMALL))
+    c = run_search(space, pred, lat, SearchConfig([t20], seed=8, evolution=SMALL))
     assert a.targets[0].arch.to_dict() == b.targets[0].arch.to_dict()
     assert np.array_equal(a.front.rows, b.front.rows) and np.array_equal(a.targets[0].history, b.targets[0].history)
     assert not np.array_equal(a.front.rows, c.front.rows)
     # another budget's search only adds candidates: this budget's answer can only improve
-    d = run_search(space, pred, lat, [t20 * 1.5, t20], seed=7, config=SMALL)
+    d = run_search(space, pred, lat, SearchConfig([t20 * 1.5, t20], seed=7, evolution=SMALL))
     assert d.targets[1].arch.extra["predicted_top1"] >= a.targets[0].arch.extra["predicted_top1"]
     assert d.targets[1].arch.extra["latency_ms"] <= t20
 
@@ -101,8 +105,8 @@ def test_seeded_and_reproducible(setup):
 def test_search_beats_random_sampling(setup):
     space, lat, (t20, _) = setup
     pred = LinearAccuracy(space, seed=1)
-    res = run_search(space, pred, lat, [t20], seed=0, config=EvolutionConfig(generations=150))
-    rows = space.sample_genes(20000, np.random.default_rng(5))
+    res = run_search(space, pred, lat, SearchConfig([t20], seed=0, evolution=EvolutionConfig(generations=150)))
+    rows = GeneLayout.of(space).sample(20000, np.random.default_rng(5))
     ok = lat.predict_batch(rows) <= t20
     assert ok.sum() > 2000
     assert res.targets[0].arch.extra["predicted_top1"] > pred.predict_batch(rows[ok][:10000]).max()
@@ -111,28 +115,29 @@ def test_search_beats_random_sampling(setup):
 def test_cheapest_rows_are_exact_minima(setup):
     space, lat, _ = setup
     rows = cheapest_rows(space, lat)
-    assert rows.shape == (len(space.resolutions), len(space.gene_sizes))
+    assert rows.shape == (len(space.resolutions), GeneLayout.of(space).genes)
     best = lat.predict_batch(rows)
     # monotone synthetic costs: the smallest arch at each resolution is the cheapest
-    mins = lat.predict_batch(space.encode_many([space.min_arch(r) for r in space.resolutions]))
+    mins = lat.predict_batch(GeneLayout.of(space).encode_many([space.min_arch(r) for r in space.resolutions]))
     assert np.allclose(best, mins)
     # a cost that prefers big kernels: the exact minimum is not the min arch, and random search never beats it
     inverted = DenseCost(space, lat.fixed, lat.block[:, :, ::-1, :].copy())
     cheap = inverted.predict_batch(cheapest_rows(space, inverted)).min()
-    assert cheap < inverted.predict_batch(space.encode_many([space.min_arch(r) for r in space.resolutions])).min()
-    assert inverted.predict_batch(space.sample_genes(20000, np.random.default_rng(0))).min() >= cheap - 1e-12
+    layout = GeneLayout.of(space)
+    assert cheap < inverted.predict_batch(layout.encode_many([space.min_arch(r) for r in space.resolutions])).min()
+    assert inverted.predict_batch(layout.sample(20000, np.random.default_rng(0))).min() >= cheap - 1e-12
 
 
 def test_impossible_constraint_names_the_minimum(setup):
     space, lat, (t20, _) = setup
     smallest = lat.predict(space.min_arch(min(space.resolutions)))
     with pytest.raises(OFAError, match=f"smallest achievable {smallest:.4g} ms"):
-        run_search(space, LinearAccuracy(space), lat, [t20, smallest * 0.99], config=SMALL)
+        run_search(space, LinearAccuracy(space), lat, SearchConfig([t20, smallest * 0.99], evolution=SMALL))
     min_macs = space.macs(space.min_arch(min(space.resolutions)))
     with pytest.raises(OFAError, match=rf"--max-macs .* smallest achievable {min_macs / 1e6:.4g}M"):
-        run_search(space, LinearAccuracy(space), lat, [t20], max_macs=min_macs - 1, config=SMALL)
+        run_search(space, LinearAccuracy(space), lat, SearchConfig([t20], max_macs=min_macs - 1, evolution=SMALL))
     # exactly the minimum is reachable, and the search returns that subnet
-    res = run_search(space, LinearAccuracy(space), lat, [smallest], config=EvolutionConfig(40, 5))
+    res = run_search(space, LinearAccuracy(space), lat, SearchConfig([smallest], evolution=EvolutionConfig(40, 5)))
     assert res.targets[0].arch.extra["latency_ms"] == pytest.approx(smallest)
     check_reachable(space, [])
 
@@ -144,8 +149,8 @@ def test_jointly_impossible_constraints(setup):
     fastest = inverted.predict_batch(cheapest_rows(space, inverted)).min()
     min_macs = space.macs(space.min_arch(min(space.resolutions)))
     with pytest.raises(OFAError, match=r"no subnet meets latency target .* and --max-macs"):
-        run_search(space, LinearAccuracy(space), inverted, [fastest * 1.001], max_macs=min_macs * 1.001,
-                   config=SMALL)
+        run_search(space, LinearAccuracy(space), inverted, SearchConfig([fastest * 1.001], max_macs=min_macs * 1.001,
+                   evolution=SMALL))
 
 
 def test_non_dominated_matches_brute_force():
@@ -161,7 +166,7 @@ def test_non_dominated_matches_brute_force():
 
 def test_front_answers_other_budgets(setup, tmp_path):
     space, lat, (t20, t50) = setup
-    res = run_search(space, LinearAccuracy(space), lat, [t20, t50], seed=1, config=SMALL)
+    res = run_search(space, LinearAccuracy(space), lat, SearchConfig([t20, t50], seed=1, evolution=SMALL))
     front = res.front
     assert isinstance(front, ParetoFront) and len(front) > 3
     assert np.all(np.diff(front.latency_ms) >= 0)
@@ -186,10 +191,11 @@ def test_front_answers_other_budgets(setup, tmp_path):
 
 
 def test_canonical_rows_identify_subnets(space):
-    rows = space.sample_genes(300, np.random.default_rng(0))
-    canon = canonical_rows(space, rows)
-    assert [space.layers(space.decode(r)) for r in canon] == [space.layers(space.decode(r)) for r in rows]
-    assert np.array_equal(canonical_rows(space, canon), canon)
+    layout = GeneLayout.of(space)
+    rows = layout.sample(300, np.random.default_rng(0))
+    canon = layout.canonical(rows)
+    assert [space.layers(layout.decode(r)) for r in canon] == [space.layers(layout.decode(r)) for r in rows]
+    assert np.array_equal(layout.canonical(canon), canon)
     assert len(unique_rows(np.concatenate([canon, canon]))) == len(unique_rows(canon))
 
 
@@ -215,7 +221,7 @@ def test_cli_search(tmp_path, capsys):
     AccuracyPredictor(space, hidden=32, layers=2, target_mean=80, target_std=4).save(tmp_path / "predictor.pt")
     lut = _table(space, tmp_path / "lut.yaml")
     table = LatencyTable.load(lut)
-    budget = float(np.percentile(table.predict_batch(space.sample_genes(2000, np.random.default_rng(0))), 40))
+    budget = float(np.percentile(table.predict_batch(GeneLayout.of(space).sample(2000, np.random.default_rng(0))), 40))
     args = ["search", "--supernet", str(tmp_path / "supernet.pt"), "--predictor", str(tmp_path / "predictor.pt"),
             "--lut", str(lut), "--latency-ms", f"{budget:.4f}", f"{budget * 1.3:.4f}", "--max-macs", "0.5G",
             "--generations", "30", "--out", str(tmp_path / "out")]
@@ -226,6 +232,7 @@ def test_cli_search(tmp_path, capsys):
         arch = Arch.load(tmp_path / "out" / f"arch_{float(f'{t:.4f}'):g}ms.json")
         assert arch.extra["latency_ms"] <= t and arch.extra["lut"] == str(lut)
         assert table.predict(space.validate(arch)) == pytest.approx(arch.extra["latency_ms"], abs=1e-4)
+        assert arch.space == space.fingerprint()  # the arch file names the supernet's space
     assert (tmp_path / "out" / "pareto.png").is_file() and (tmp_path / "out" / "search.json").is_file()
 
     # impossible budget: one line with the smallest achievable latency, exit 2
@@ -244,6 +251,7 @@ def test_cli_search(tmp_path, capsys):
     part = _table(space, tmp_path / "part.yaml", resolutions=(12, 20))
     assert main([*args[:5], "--lut", str(part), *args[7:14], "--out", str(tmp_path / "part")]) == 0
     assert "measured resolutions [12, 20] of the supernet's [12, 16, 20]" in capsys.readouterr().err
+    assert Arch.load(tmp_path / "part" / f"arch_{float(f'{budget:.4f}'):g}ms.json").space == space.fingerprint()
     doc = json.loads((tmp_path / "part" / "pareto.json").read_text())
     assert {p["resolution"] for p in doc["points"]} <= {12, 20} and len(doc["points"]) > 3
     predictor = AccuracyPredictor.load(tmp_path / "predictor.pt")

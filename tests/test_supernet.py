@@ -1,4 +1,5 @@
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -6,8 +7,10 @@ import torch
 from conftest import perturb, tiny_space
 
 from ofa.bn import recalibrate_bn
+from ofa.encoding import sample_arch
 from ofa.errors import OFAError
-from ofa.space import SearchSpace, mid_channels
+from ofa.layers import mid_channels
+from ofa.space import SearchSpace
 from ofa.subnet import load_subnet, save_subnet
 from ofa.supernet import OFAMobileNetV3
 
@@ -30,7 +33,7 @@ def _parity(net, arch, batch=3, seed=0):
 def test_extract_parity_many_archs(net):
     space = net.space
     archs = [space.max_arch(r) for r in space.resolutions] + [space.min_arch(r) for r in space.resolutions]
-    archs += [space.sample(seed) for seed in range(30)]
+    archs += [sample_arch(space, seed) for seed in range(30)]
     for arch in archs:
         diff, scale = _parity(net, arch)
         assert scale > 0.1
@@ -39,9 +42,9 @@ def test_extract_parity_many_archs(net):
 
 def test_extract_parity_mbv3():
     torch.manual_seed(1)
-    space = SearchSpace.mbv3(num_classes=20)
+    space = replace(SearchSpace.mbv3(), num_classes=20)
     net = perturb(OFAMobileNetV3(space), seed=1).eval()
-    for arch in (space.max_arch(128), space.min_arch(160), space.sample(3)):
+    for arch in (space.max_arch(128), space.min_arch(160), sample_arch(space, 3)):
         arch = type(arch)(min(arch.resolution, 160), arch.depths, arch.kernels, arch.expands)
         diff, _ = _parity(net, arch, batch=2)
         assert diff <= 1e-5
@@ -50,7 +53,7 @@ def test_extract_parity_mbv3():
 def test_extracted_model_is_a_plain_timm_model_with_the_arch_size(net):
     from timm.models.mobilenetv3 import MobileNetV3
 
-    arch, active = net.space.sample(11), net.space.sample(12)
+    arch, active = sample_arch(net.space, 11), sample_arch(net.space, 12)
     net.set_active(active)
     static = net.extract(arch)
     assert isinstance(static, MobileNetV3)
@@ -114,7 +117,7 @@ def test_save_load_round_trip(tmp_path, net):
     path = net.save(tmp_path / "supernet.pt", meta={"mean": [0.5], "class_names": list("abcdefghij")})
     loaded = OFAMobileNetV3.load(path).eval()
     assert loaded.meta["class_names"][0] == "a"
-    arch = net.space.sample(4)
+    arch = sample_arch(net.space, 4)
     x = torch.randn(2, 3, arch.resolution, arch.resolution)
     net.set_active(arch)
     loaded.set_active(arch)
@@ -143,7 +146,7 @@ def test_load_errors_name_the_file(tmp_path, net):
 
 
 def test_static_subnet_save_and_load(tmp_path, net):
-    arch = net.space.sample(9)
+    arch = sample_arch(net.space, 9)
     static = net.extract(arch).eval()
     path = save_subnet(static, net.space, arch, tmp_path / "sub.pt", meta={"top1": 90.0})
     again = load_subnet(path)
@@ -170,7 +173,7 @@ def test_recalibrate_bn_estimates_exact_statistics():
 def test_recalibrate_supernet_equals_recalibrating_the_extracted_subnet():
     torch.manual_seed(0)
     net = perturb(OFAMobileNetV3(tiny_space()), seed=3)
-    arch = net.space.sample(12)
+    arch = sample_arch(net.space, 12)
     untouched = net.blocks[1][0].bn1.running_mean.clone()
     net.set_active(arch)
     static = net.extract()

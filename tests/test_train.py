@@ -78,6 +78,15 @@ def test_refuses_to_overwrite_a_run(run):
         train(load_recipe(TINY), run)
 
 
+def test_a_run_folder_that_cannot_be_created_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for out, reason in ((blocker / "run", "cannot create the run folder"), (blocker, "is a file")):
+        assert main(["train", str(TINY), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"ofa train: error: {out}: {reason}")
+
+
 def test_sampling_is_seeded_and_respects_the_phase():
     r = load_recipe(TINY)
     space, depth, expand = r.space, r.phases[1], r.phases[2]

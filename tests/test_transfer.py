@@ -14,7 +14,7 @@ from conftest import perturb
 from ofa.errors import OFAError
 from ofa.supernet import OFAMobileNetV3
 from ofa.train import load_recipe, train
-from ofa.train.distributed import init_distributed, shutdown
+from ofa.train.distributed import DistEnv
 from ofa.train.loop import Trainer
 from ofa.transfer import adapt_supernet, derive_space, fold_input_channels, rehead
 
@@ -40,11 +40,7 @@ def _recipe(tmp_path: Path, source: Path, space: dict | None = None, overrides: 
 
 
 def _initial_net(recipe) -> OFAMobileNetV3:
-    env = init_distributed("cpu")
-    try:
-        return Trainer(recipe, None, env).net
-    finally:
-        shutdown(env)
+    return Trainer(recipe, None, DistEnv.single_process()).net
 
 
 def test_rehead_and_fold_keep_every_other_weight(source):

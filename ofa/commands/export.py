@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
-
-from ofa.errors import OFAError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,8 +14,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "export it to ONNX and check it: onnx.checker, onnxruntime vs PyTorch parity (max |diff| <= 1e-4, "
                     "same top-1), test-split accuracy and latency. Writes OUT (.onnx), OUT's .pt (static PyTorch "
                     "model for ofa.load_subnet), .md (model card), .export.json (summary) and, with --int8, "
-                    ".int8.onnx.")
-    p.add_argument("--supernet", required=True, metavar="CKPT", help="supernet file or training checkpoint")
+                    ".int8.onnx. --subnet FILE exports a subnet fine-tuned by `ofa finetune` instead, with the same "
+                    "checks and no second BN recalibration.")
+    p.add_argument("--supernet", metavar="CKPT", help="supernet file or training checkpoint (with --arch)")
+    p.add_argument("--subnet", metavar="SUBNET.pt",
+                   help="a fine-tuned subnet file (`ofa finetune`'s subnet.pt) to export as it is, instead of "
+                        "--supernet and --arch")
     p.add_argument("--arch", metavar="ARCH.json", help="subnet to export (arch JSON, e.g. from `ofa search`)")
     p.add_argument("--out", required=True, metavar="MODEL.onnx", help="output ONNX file")
     p.add_argument("--calib-batches", type=int, default=20, metavar="N",
@@ -35,74 +36,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _find_table(arg: str | None, arch: Any, arch_path: Path) -> Path | None:
-    """--lut, else the arch's ``lut`` field (as written, or relative to the arch file) when it exists."""
-    if arg:
-        return Path(arg)
-    lut = arch.extra.get("lut")
-    if not isinstance(lut, str):
-        return None
-    for candidate in (Path(lut), arch_path.parent / lut):
-        if candidate.is_file():
-            return candidate
-    print(f"note: {arch_path}: its latency table {lut} does not exist here; latency is measured with the default "
-          "protocol and not compared with a prediction", file=sys.stderr)
-    return None
-
-
-def _load_data(net: Any, ckpt: str) -> Any:
-    if not net.meta.get("data") and net.meta.get("bn_recalibration"):
-        print(f"WARNING: {ckpt} is an imported supernet that records no training images: this subnet keeps the "
-              "whole supernet's BN statistics and its accuracy WILL SUFFER. Fine-tune on your data first "
-              "(`ofa train` with init.supernet, or `ofa finetune`), which records the images for recalibration.",
-              file=sys.stderr)
-    if not net.meta.get("data"):
-        print(f"note: {ckpt} records no training data: BN statistics stay the supernet's, parity uses random inputs "
-              "only and accuracy is not measured", file=sys.stderr)
-        return None
-    from ofa.data import data_from_meta
-
-    return data_from_meta(net.meta)
-
-
 def _ms(lat: Any) -> str:
     return f"{lat.mean_ms:.3g} ± {lat.std_ms:.2g} ms" if lat is not None else "n/a"
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.export import check_arch, check_opset, export_subnet, load_arch_file
-    from ofa.supernet import OFAMobileNetV3
+    from ofa.deploy.export import ExportConfig, export_file
 
-    if not args.arch:
-        raise OFAError("--arch is required: the supernet itself is not exported; give a subnet's arch JSON "
-                       "(e.g. written by `ofa search`)")
-    check_opset(args.opset)
-    if args.calib_batches < 0 or args.batch_size < 1:
-        raise OFAError("--calib-batches must be >= 0 and --batch-size >= 1")
-    if args.int8 and args.calib_batches == 0:
-        raise OFAError("--int8 needs calibration images: --calib-batches must be > 0")
-    arch_path = Path(args.arch)
-    arch = load_arch_file(arch_path)
-    net = OFAMobileNetV3.load(args.supernet).eval()
-    arch = check_arch(net.space, arch, str(arch_path))
-    table = None
-    table_path = _find_table(args.lut, arch, arch_path)
-    if table_path is not None:
-        from search.latency import LatencyTable
+    cfg = ExportConfig(out=Path(args.out), calib_batches=args.calib_batches, batch_size=args.batch_size,
+                       int8=args.int8, dynamic_batch=args.dynamic_batch, opset=args.opset,
+                       latency=not args.no_latency, seed=args.seed, progress=True)
+    r = export_file(Path(args.supernet) if args.supernet else None, Path(args.arch) if args.arch else None, cfg,
+                    Path(args.lut) if args.lut else None, Path(args.subnet) if args.subnet else None)
+    _print_result(r)
+    return 0
 
-        table = LatencyTable.load(table_path)
-    data = _load_data(net, args.supernet)
-    if args.int8 and data is None:
-        raise OFAError(f"--int8 needs training images for calibration, and {args.supernet} records no data")
 
-    r = export_subnet(net, arch, args.out, data=data, calib_batches=args.calib_batches, batch_size=args.batch_size,
-                      int8=args.int8, dynamic_batch=args.dynamic_batch, opset=args.opset, checkpoint=args.supernet,
-                      table=table, latency=not args.no_latency, seed=args.seed, progress=True,
-                      arch_source=str(arch_path))
+def _print_result(r: Any) -> None:
     p = r.parity
     print(f"exported {r.arch.short()} -> {r.onnx_path} (opset {r.opset}, "
           f"{'dynamic' if r.dynamic_batch else 'fixed'} batch, {r.macs / 1e6:.2f}M MACs, {r.params / 1e3:.1f}k params)")
-    print(f"  BN recalibration: {f'{r.bn_batches} training batches' if r.bn_batches else 'none (supernet statistics)'}")
+    kept = "none (the fine-tuned subnet's own statistics)" if r.finetuned_sha256 else "none (supernet statistics)"
+    print(f"  BN recalibration: {f'{r.bn_batches} training batches' if r.bn_batches else kept}")
     print(f"  parity vs PyTorch: max |logit diff| {p.max_abs_diff:.2e} on {p.real_inputs} test images + "
           f"{p.random_inputs} random inputs (batch sizes {', '.join(map(str, p.batch_sizes))}), top-1 identical")
     if r.top1_fp32 is not None:
@@ -120,4 +75,3 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     written = [r.onnx_path, *([r.int8_path] if r.int8_path else []), r.subnet_path, r.card_path, r.summary_path]
     print("  wrote " + ", ".join(str(w) for w in written))
-    return 0

@@ -44,15 +44,15 @@ def register(subparsers: Any) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from search.latency import space_from_arg
-    from search.lut_build import build_table
-    from search.measure import Protocol
+    from ofa.deploy.lut_build import TableBuildConfig, build_table_file
+    from ofa.deploy.timing import Protocol
 
     protocol = Protocol().with_overrides(rounds=args.repeats, warmup=args.warmup)
-    command = args.command_line
-    table = build_table(space_from_arg(args.space), args.out, backend=args.backend, resolutions=args.resolutions,
-                        threads=args.threads, batch=args.batch, protocol=protocol, calibrate=args.calibrate,
-                        seed=args.seed, device=args.device, command=command, progress=not args.quiet)
+    cfg = TableBuildConfig(out=args.out, backend=args.backend,
+                           resolutions=tuple(args.resolutions) if args.resolutions else None, threads=args.threads,
+                           batch=args.batch, protocol=protocol, calibrate=args.calibrate, seed=args.seed,
+                           device=args.device, command=args.command_line, progress=not args.quiet)
+    table = build_table_file(args.space, cfg)
     print(f"wrote {args.out}: {table.describe()}")
     for r, fit in sorted((table.meta["correction"].get("per_resolution") or {}).items()):
         print(f"  {r} px: correction scale {fit['scale']:.4f} offset {fit['offset']:+.4f} ms "
@@ -61,23 +61,13 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from ofa.io import write_json, write_text
-    from ofa.space import Arch
-    from search.latency import LatencyTable, space_from_arg
-    from search.lut_check import check_table, plot_check
-    from search.measure import Protocol
+    from ofa.arch import Arch
+    from ofa.deploy.lut_check import CheckConfig, check_table_file
 
-    table = LatencyTable.load(args.table)
-    if args.space:
-        table = table.for_space(space_from_arg(args.space))
-    protocol = Protocol.from_dict(table.meta["protocol"]).with_overrides(rounds=args.repeats)
-    result = check_table(table, n=args.n, resolutions=args.resolutions, seed=args.seed, protocol=protocol,
-                         progress=not args.quiet)
-    out = args.out or Path("runs") / "lut-check" / args.table.stem
-    write_text(out / "check.jsonl", "".join(json.dumps(r) + "\n" for r in result.rows))
-    summary = {"table": str(args.table), **result.summary}
-    write_json(out / "summary.json", summary)
-    plot = plot_check(result, out / "check.png", f"{args.table.stem}")
+    cfg = CheckConfig(n=args.n, resolutions=tuple(args.resolutions) if args.resolutions else None, seed=args.seed,
+                      repeats=args.repeats, progress=not args.quiet)
+    report = check_table_file(args.table, cfg, space=args.space, out=args.out)
+    result = report.result
     print(f"{'res':>4} {'predicted':>10} {'measured':>10} {'error':>8}  arch")
     for row in result.rows:
         print(f"{row['resolution']:>4} {row['predicted_ms']:>8.3f}ms {row['measured_ms']:>8.3f}ms "
@@ -88,7 +78,7 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"{name!s:>4}: n={s['n']} MAPE {s['mape']:.2f}%  within ±10% {s['within_10pct']:.1f}%  "
               f"Spearman {s['spearman']:.4f}  max error {s['max_abs_error_pct']:.1f}%{drift}  "
               f"(drift-adjusted: MAPE {adj['mape']:.2f}%, within ±10% {adj['within_10pct']:.1f}%)")
-    print(f"wrote {out / 'check.jsonl'}, {out / 'summary.json'}, {plot}")
+    print(f"wrote {report.rows_path}, {report.summary_path}, {report.plot_path}")
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(report.summary))
     return 0

@@ -28,28 +28,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.train import load_recipe
-    from ofa.train.loop import measure_noise_scale
+    from ofa.train.noise_measure import NoiseMeasureConfig, measure_noise_scale_file
 
-    recipe = load_recipe(args.recipe, args.overrides)
-    result = measure_noise_scale(recipe, args.steps, args.phase, args.run, args.accumulate)
+    cfg = NoiseMeasureConfig(steps=args.steps, accumulate=args.accumulate, phase=args.phase)
+    result = measure_noise_scale_file(args.recipe, cfg, args.overrides, args.run)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return 0
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result.to_dict()))
         return 0
-    b = result["b_simple"]
-    print(f"phase {result['phase']!r}: gradient noise scale over {result['steps']} steps, "
-          f"batches of {result['b_small']} and {result['b_big']} images")
-    print(f"  tr(Σ) = {result['trace_sigma']:.4g}   |G|² = {result['grad_sq']:.4g}")
+    b = result.b_simple
+    print(f"phase {result.phase!r}: gradient noise scale over {result.steps} steps, "
+          f"batches of {result.b_small} and {result.b_big} images")
+    print(f"  tr(Σ) = {result.trace_sigma:.4g}   |G|² = {result.grad_sq:.4g}")
     if b is None:
         print("  B_simple: not measurable (|G|² estimate <= 0: the gradient is lost in the noise; "
               "use more --steps or a larger --accumulate)")
         return 0
     print(f"  critical batch size (B_simple) ≈ {b:.0f} images")
-    suggested = result["suggested_batch"]
-    lr = result["lr"] * suggested / result["current_global_batch"]
+    suggested, now = result.suggested_batch, result.current_global_batch
+    lr = result.lr * suggested / now
     capped = " (capped at a quarter of the training set)" if suggested * 1.5 < b else ""
-    print(f"  suggested global batch size: {suggested}{capped} (now {result['current_global_batch']}); "
-          f"with linear scaling its learning rate is {lr:.3g} (now {result['lr']:.3g})")
+    print(f"  suggested global batch size: {suggested}{capped} (now {now}); "
+          f"with linear scaling its learning rate is {lr:.3g} (now {result.lr:.3g})")
     return 0

@@ -12,7 +12,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Train the supernet, reuse (or build) this machine's latency table, measure and fit the "
                     "accuracy predictor, search one subnet per latency target and export each to ONNX with a "
                     "parity check and a latency measurement. Rerunning continues where it stopped: stages whose "
-                    "outputs exist and match their inputs are skipped.")
+                    "outputs exist and match their inputs are skipped. Under torchrun every rank trains and "
+                    "measures its share of the subnets; rank 0 does the rest.")
     p.add_argument("recipe", type=Path, help="recipe YAML, e.g. recipes/digits.yaml")
     p.add_argument("--out", type=Path, help="run folder (default: runs/RECIPE_NAME)")
     p.add_argument("--targets-ms", type=float, nargs="+", metavar="MS",
@@ -30,18 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.errors import OFAError
-    from ofa.pipeline import Pipeline, PipelineConfig
+    from ofa.pipeline import PipelineConfig, run_pipeline
 
-    if args.subnets < 10:
-        raise OFAError(f"--subnets must be at least 10 (the predictor holds out 20%), got {args.subnets}")
-    if args.calib_batches < 1:
-        raise OFAError(f"--calib-batches must be at least 1, got {args.calib_batches}")
-    if args.targets_ms and min(args.targets_ms) <= 0:
-        raise OFAError(f"--targets-ms must be positive, got {args.targets_ms}")
-    out = args.out or Path("runs") / args.recipe.stem
-    cfg = PipelineConfig(recipe=args.recipe, out=out, overrides=args.overrides, targets_ms=args.targets_ms,
-                         subnets=args.subnets, calib_batches=args.calib_batches, lut=args.lut, int8=args.int8,
-                         seed=args.seed)
-    Pipeline(cfg).run()
+    cfg = PipelineConfig(recipe=args.recipe, out=args.out, overrides=tuple(args.overrides),
+                         targets_ms=tuple(args.targets_ms) if args.targets_ms else None, subnets=args.subnets,
+                         calib_batches=args.calib_batches, lut=args.lut, int8=args.int8, seed=args.seed)
+    run_pipeline(cfg)
     return 0

@@ -3,12 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from pathlib import Path
-from typing import Any
-
-from ofa.errors import OFAError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,120 +35,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     f = sub.add_parser(
         "fit", help="fit the accuracy predictor on collected accuracies",
         description="Fit an MLP on the arch encoding (one-hot kernel/expand per block slot, zeros for skipped "
-                    "slots, one-hot resolution) with Adam and early stopping on a held-out 20%; reports held-out "
-                    "RMSE and Kendall tau (and the test-retest tau of the two validation halves when collected "
-                    "with --repeat-split).")
+                    "slots, one-hot resolution) with Adam. The subnets are split three ways: 65% to fit, 15% to "
+                    "stop early on, and 20% for the reported RMSE and Kendall tau only (and the test-retest tau of "
+                    "the two validation halves on those same subnets when collected with --repeat-split).")
     f.add_argument("accuracy", metavar="ACC.jsonl", help="output of `ofa predictor collect`")
     f.add_argument("--out", metavar="PREDICTOR.pt", help="output (default: predictor.pt next to ACC.jsonl)")
-    f.add_argument("--seed", type=int, default=0, help="seed of the held-out split, init and batch order")
-    f.add_argument("--holdout", type=float, default=0.2, help="held-out fraction (0.2)")
+    f.add_argument("--seed", type=int, default=0, help="seed of the splits, init and batch order")
+    f.add_argument("--test-fraction", "--holdout", dest="test_fraction", type=float, default=0.2,
+                   help="share of subnets kept for the reported figures only (0.2)")
+    f.add_argument("--stop-fraction", type=float, default=0.15,
+                   help="share of subnets that decides early stopping (0.15)")
     f.add_argument("--hidden", type=int, default=400, help="hidden width (400, as OFA)")
     f.add_argument("--layers", type=int, default=3, help="hidden layers (3, as OFA)")
     f.add_argument("--epochs", type=int, default=1000, help="most epochs (1000)")
-    f.add_argument("--patience", type=int, default=50, help="epochs without held-out improvement before stopping")
+    f.add_argument("--patience", type=int, default=50, help="epochs without early-stop improvement (50)")
     f.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (1e-3)")
     f.add_argument("--weight-decay", type=float, default=0.0, help="Adam weight decay (0)")
     f.add_argument("--batch-size", type=int, default=256, help="subnets per step (256)")
     f.set_defaults(func=run_fit)
 
 
-def _positive(name: str, value: float) -> None:
-    if value <= 0:
-        raise OFAError(f"{name} must be positive, got {value}")
-
-
-def _device(arg: str, local_rank: int) -> Any:
-    import torch
-
-    if arg == "auto":
-        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(arg)
-    except RuntimeError:
-        raise OFAError(f"--device: unknown device {arg!r} (cpu, cuda, cuda:N)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise OFAError("--device cuda: no CUDA device is available")
-    return device
-
-
 def run_collect(args: argparse.Namespace) -> int:
-    import datetime
+    from search.collect import CollectConfig, collect_from_checkpoint
 
-    import torch.distributed as dist
-
-    from ofa.supernet import OFAMobileNetV3
-    from search.collect import collect
-
-    for name in ("n", "calib_batches", "batch_size"):
-        _positive(f"--{name.replace('_', '-')}", getattr(args, name))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    device = _device(args.device, local_rank)
-    net = OFAMobileNetV3.load(args.checkpoint)
-    if not net.meta.get("data"):
-        raise OFAError(f"{args.checkpoint}: records no data section, so its validation split is unknown "
-                       "(train it with `ofa train`)")
-    from ofa.data import data_from_meta
-
-    data = data_from_meta(net.meta)
-    if data.val is None or len(data.val) == 0:
-        raise OFAError(f"{args.checkpoint}: its data has no validation split to measure subnets on")
-    out = Path(args.out) if args.out else Path(args.checkpoint).parent / "acc.jsonl"
-    started = False
-    if world_size > 1 and not dist.is_initialized():
-        if device.type == "cuda":
-            import torch
-
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=24))
-        started = True
-    try:
-        measured = collect(net, data.train, data.val, out, args.n, seed=args.seed, calib_batches=args.calib_batches,
-                           batch_size=args.batch_size, repeat_split=args.repeat_split, device=device, rank=rank,
-                           world_size=world_size, supernet=str(args.checkpoint), num_workers=args.workers)
-    finally:
-        if started:
-            dist.destroy_process_group()
-    if rank == 0:
-        from search.collect import read_accuracy
-
-        total = len(read_accuracy(out)[1])
-        print(f"measured {measured} subnet(s) on rank 0 of {world_size}; {out} holds {total} subnet(s)")
+    cfg = CollectConfig(n=args.n, seed=args.seed, calib_batches=args.calib_batches, batch_size=args.batch_size,
+                        repeat_split=args.repeat_split, num_workers=args.workers)
+    result = collect_from_checkpoint(args.checkpoint, cfg, args.out, args.device)
+    if result.rank == 0:
+        print(f"measured {result.measured} subnet(s) on rank 0 of {result.world_size}; {result.out} holds "
+              f"{result.total} subnet(s)")
     return 0
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    import json
+    from search.fit import FitConfig, fit_predictor_file
 
-    from ofa.io import write_text
-    from search.collect import load_accuracy
-    from search.predictor import fit_predictor, plot_fit
-
-    for name in ("hidden", "layers", "epochs", "patience", "lr", "batch_size"):
-        _positive(f"--{name.replace('_', '-')}", getattr(args, name))
-    if not 0 < args.holdout < 1:
-        raise OFAError(f"--holdout must be between 0 and 1, got {args.holdout}")
-    data = load_accuracy(args.accuracy)
-    out = Path(args.out) if args.out else Path(args.accuracy).parent / "predictor.pt"
-    curve: list[dict[str, Any]] = []
-
-    from tqdm import tqdm
-
-    with tqdm(total=args.epochs, desc="fit", unit="epoch", file=sys.stderr) as bar:
-        def on_epoch(m: dict[str, Any]) -> None:
-            curve.append(m)
-            bar.update()
-            bar.set_postfix(heldout_rmse=f"{m['heldout_rmse']:.3f}")
-
-        model, report, held = fit_predictor(
-            data.space, data.rows, data.top1, retest=data.halves, holdout=args.holdout, seed=args.seed,
-            hidden=args.hidden, layers=args.layers, lr=args.lr, weight_decay=args.weight_decay,
-            batch_size=args.batch_size, max_epochs=args.epochs, patience=args.patience, on_epoch=on_epoch)
-    model.metrics["source"] = str(args.accuracy)
-    model.save(out)
-    stem = out.with_suffix("")
-    write_text(f"{stem}.fit.jsonl", "".join(json.dumps(m) + "\n" for m in curve))
-    plot_fit(held, curve, report, f"{stem}.fit.png")
-    print(f"{len(data.top1)} subnets, {report.train_size} to train: {report.summary()}")
+    cfg = FitConfig(test_fraction=args.test_fraction, stop_fraction=args.stop_fraction, seed=args.seed,
+                    hidden=args.hidden, layers=args.layers, lr=args.lr, weight_decay=args.weight_decay,
+                    batch_size=args.batch_size, max_epochs=args.epochs, patience=args.patience)
+    result, out = fit_predictor_file(args.accuracy, args.out, cfg)
+    report, stem = result.report, out.with_suffix("")
+    print(f"{report.train_size + report.stop_size + report.test_size} subnets, {report.train_size} to fit, "
+          f"{report.stop_size} to stop early: {report.summary()}")
     print(f"wrote {out} (+ {stem.name}.fit.jsonl, {stem.name}.fit.png)")
     return 0

@@ -6,7 +6,6 @@ import argparse
 import math
 import re
 import sys
-from pathlib import Path
 
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
 
@@ -63,27 +62,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.supernet import OFAMobileNetV3
-    from search.evolution import EvolutionConfig, SubsetPredictor, run_search
-    from search.latency import LatencyTable
-    from search.predictor import AccuracyPredictor
+    from search.evolution import EvolutionConfig, SearchConfig
+    from search.find import search_files
 
-    config = EvolutionConfig(args.population, args.generations, args.parent_ratio, args.mutation_ratio,
-                             args.mutate_prob, args.resolution_prob)
-    space = OFAMobileNetV3.load(args.supernet).space
-    predictor = AccuracyPredictor.load(args.predictor)
-    predictor.check_space(space, f"the supernet {args.supernet}")
-    table = LatencyTable.load(args.lut).for_space(space)
-    scorer = predictor
-    if table.space.resolutions != space.resolutions:
-        print(f"note: {args.lut} measured resolutions {list(table.space.resolutions)} of the supernet's "
-              f"{list(space.resolutions)}: searching those", file=sys.stderr)
-        scorer = SubsetPredictor(predictor, space, table.space)
-    result = run_search(table.space, scorer, table, args.latency_ms, max_macs=args.max_macs,
-                        max_params=args.max_params, seed=args.seed, config=config, progress=True)
-    result.meta.update(supernet=str(args.supernet), predictor=str(args.predictor), device=table.describe())
-    out = Path(args.out) if args.out else Path(args.predictor).parent / "search"
-    paths = result.save(out, lut=str(args.lut))
+    evolution = EvolutionConfig(args.population, args.generations, args.parent_ratio, args.mutation_ratio,
+                                args.mutate_prob, args.resolution_prob)
+    cfg = SearchConfig(tuple(args.latency_ms), args.max_macs, args.max_params, args.seed, evolution)
+    found = search_files(args.supernet, args.predictor, args.lut, cfg, args.out)
+    if found.note:
+        print(f"note: {found.note}", file=sys.stderr)
+    result, paths = found.result, found.paths
     for t in result.targets:
         e = t.arch.extra
         print(f"{t.target_ms:g} ms: predicted top-1 {e['predicted_top1']:.2f}%, latency {e['latency_ms']:.3f} ms, "

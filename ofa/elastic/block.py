@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ofa.elastic.ops import ElasticBatchNorm2d, ElasticDepthwiseConv2d, ElasticPointwiseConv2d, ElasticSqueezeExcite
-from ofa.space import mid_channels, se_channels
+from ofa.layers import mid_channels, se_channels
 
 _ACTS = {"relu": F.relu_, "hswish": partial(F.hardswish, inplace=True)}  # in place, as timm's BN+act
 

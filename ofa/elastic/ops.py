@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ofa.space import se_channels
+from ofa.layers import se_channels
 
 
 class ElasticPointwiseConv2d(nn.Module):

@@ -9,9 +9,11 @@ optimizer and teacher are all the state there is, so a checkpoint resumes bit fo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,27 +21,21 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ofa.bn import recalibrate_bn
-from ofa.data import build_data, make_loader, set_loader_epoch
+from ofa.arch import Arch
+from ofa.bn import recalibrate_bn, resize
+from ofa.data import LoaderOptions, build_data, make_loader, set_loader_epoch
 from ofa.errors import OFAError
-from ofa.evaluate import evaluate_arch, resize
+from ofa.evaluate import evaluate_arch
 from ofa.io import write_yaml
-from ofa.space import Arch
 from ofa.supernet import OFAMobileNetV3
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distill import frozen_teacher, soft_cross_entropy
-from ofa.train.distributed import (
-    DistEnv,
-    all_reduce_sum,
-    average_gradients,
-    broadcast_state,
-    init_distributed,
-    shutdown,
-)
-from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator, grad_sq_norm, suggest_batch_size
+from ofa.train.distributed import DistEnv, all_reduce_sum, average_gradients, broadcast_state, process_group
+from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator
 from ofa.train.optim import build_optimizer, lr_at, set_lr
 from ofa.train.plots import plot_training_curves
-from ofa.train.recipe import PhaseConfig, Recipe
+from ofa.train.recipe import PhaseConfig, Recipe, load_recipe
+from ofa.train.resume import check_resume, check_same_space, prepare_run_folder
 from ofa.train.sampling import eval_subnets, step_seed, step_subnets
 from ofa.transfer import adapt_supernet
 
@@ -48,16 +44,22 @@ def train(recipe: Recipe, out_dir: str | Path, resume: bool = False) -> Path:
     """Run every phase of ``recipe`` into ``out_dir``; returns ``out_dir/supernet.pt``.
 
     Under ``torchrun`` this process is one data-parallel rank. ``resume`` continues from the
-    newest checkpoint in ``out_dir/checkpoints`` (starting afresh if there is none).
+    newest checkpoint in ``out_dir/checkpoints`` (starting afresh if there is none), provided
+    the recipe and world size are those it was trained with (see `ofa.train.resume`). Raises
+    `OFAError` for a run folder that holds a run (without ``resume``) or cannot be created,
+    a recipe whose data do not fit its space, a refused resume, and a diverging loss.
     """
     out = Path(out_dir)
-    if not resume and (CheckpointStore(out / "checkpoints").paths() or (out / "supernet.pt").exists()):
-        raise OFAError(f"{out}: already holds a training run; pass --resume to continue it or choose another --out")
-    env = init_distributed(recipe.device)
-    try:
+    prepare_run_folder(out, resume)
+    with process_group(recipe.device) as env:
         return Trainer(recipe, out, env).run(resume)
-    finally:
-        shutdown(env)
+
+
+def train_file(recipe_path: str | Path, out_dir: str | Path | None = None, *, resume: bool = False,
+               overrides: Sequence[str] = ()) -> Path:
+    """`train` from a recipe file with ``--set`` overrides; the run folder defaults to ``runs/RECIPE_NAME``."""
+    recipe = load_recipe(recipe_path, overrides)
+    return train(recipe, Path(out_dir) if out_dir else Path("runs") / Path(recipe_path).stem, resume=resume)
 
 
 class MetricsLog:
@@ -84,7 +86,11 @@ class MetricsLog:
 
 
 class Trainer:
-    """State and steps of one training run (also used by ``ofa noise-scale`` to measure a phase)."""
+    """State and steps of one training run.
+
+    Without a run folder (``out_dir`` None) it is the training state that
+    `ofa.train.noise_measure` measures a phase with.
+    """
 
     def __init__(self, recipe: Recipe, out_dir: str | Path | None, env: DistEnv) -> None:
         self.recipe, self.env, self.device = recipe, env, env.device
@@ -107,19 +113,9 @@ class Trainer:
         broadcast_state(self.net, env)
         self.params = list(self.net.parameters())
 
-        d = recipe.data
-        shard = {"num_workers": d.num_workers, "rank": env.rank, "world_size": env.world_size, "pin_memory": cuda}
-        self.train_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=recipe.seed,
-                                        drop_last=True, **shard)
-        # Calibration always uses the augmentation of epoch 0, so its workers can persist.
-        self.calib_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=recipe.seed + 1,
-                                        persistent_workers=True, **shard)
-        self.val_loader = make_loader(self.data.val, d.eval_batch_size, shuffle=False, seed=0,
-                                      persistent_workers=True, **shard)
-        self.test_loader = make_loader(self.data.test, d.eval_batch_size, shuffle=False, seed=0,
-                                       persistent_workers=True, **shard)
+        self._make_loaders()
         self.steps_per_epoch = len(self.train_loader)
-        self.global_batch = d.batch_size * env.world_size
+        self.global_batch = recipe.data.batch_size * env.world_size
         if self.steps_per_epoch == 0:
             raise OFAError(f"{recipe.source}: data.batch_size: a global batch of {self.global_batch} is larger than "
                            f"the {len(self.data.train)} training images")
@@ -155,6 +151,18 @@ class Trainer:
             net.load_state_dict(start.state_dict())
         return net
 
+    def _make_loaders(self) -> None:
+        d, env, seed = self.recipe.data, self.env, self.recipe.seed
+        shard = LoaderOptions(rank=env.rank, world_size=env.world_size, num_workers=d.num_workers,
+                              pin_memory=self.device.type == "cuda")
+        # Calibration always uses the augmentation of epoch 0, so its workers (and evaluation's) can persist.
+        kept = dataclasses.replace(shard, persistent_workers=True)
+        self.train_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=seed, drop_last=True,
+                                        options=shard)
+        self.calib_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=seed + 1, options=kept)
+        self.val_loader = make_loader(self.data.val, d.eval_batch_size, shuffle=False, seed=0, options=kept)
+        self.test_loader = make_loader(self.data.test, d.eval_batch_size, shuffle=False, seed=0, options=kept)
+
     # ------------------------------------------------------------------ run
     def run(self, resume: bool) -> Path:
         self._open_run_dir(resume)
@@ -176,11 +184,15 @@ class Trainer:
             self.log(f"resuming from {self.store.paths()[-1]}" if state
                      else f"no checkpoint in {self.store.folder}: starting from scratch")
         if state is not None:
+            for line in check_resume(state, self.recipe, self.env.world_size, self.store.paths()[-1]):
+                self.log(line)
             self.load_state(state)
         else:
             self.metrics.truncate(0)
-        if self.env.is_main:
-            write_yaml(self.out / "recipe.yaml", self.recipe.to_dict())
+        # The recipe the run started with; a resumed run's checkpoints hold the one it continued with.
+        recipe_file = self.out / "recipe.yaml"
+        if self.env.is_main and (state is None or not recipe_file.is_file()):
+            write_yaml(recipe_file, self.recipe.to_dict())
 
     def begin_phase(self, p: int) -> None:
         """Once per phase: take the teacher, reorganize channels, start a fresh optimizer."""
@@ -365,48 +377,6 @@ class Trainer:
                  + f"; supernet: {path}")
         return path
 
-    # ------------------------------------------------------------------ noise scale
-    def measure(self, p: int, steps: int, accumulate: int) -> dict[str, Any]:
-        """Gradient noise scale of phase ``p`` at the current weights, without changing them.
-
-        Each step draws the phase's subnets and ``accumulate`` micro-batches of the training
-        micro-batch size (per process); the small batch is one micro-batch, the big one all of
-        them over all processes. Estimates are averaged over the steps.
-        """
-        if steps < 1 or accumulate < 2:
-            raise OFAError(f"noise scale: need steps >= 1 and accumulate >= 2, got {steps} and {accumulate}")
-        r, phase = self.recipe, self.recipe.phases[p]
-        if self.phase != p or (self.epoch == 0 and self.step == 0):
-            self.begin_phase(p)  # the teacher and channel order the phase would train with
-        b = r.data.batch_size // self.micro_batches
-        loader = make_loader(self.data.train, b * accumulate, shuffle=True, seed=r.seed, drop_last=True,
-                             rank=self.env.rank, world_size=self.env.world_size)
-        if len(loader) == 0:
-            raise OFAError(f"noise scale: {accumulate} micro-batches of {b} images x {self.env.world_size} process(es) "
-                           f"exceed the {len(self.data.train)} training images; lower --accumulate")
-        estimator = NoiseScaleEstimator(ema=1.0)
-        b_big = b * accumulate * self.env.world_size
-        batches = _cycle(loader)
-        self.net.train()
-        for i in tqdm(range(steps), desc=f"noise scale {phase.name}", disable=None if self.env.is_main else True,
-                      leave=False):
-            x, y = next(batches)
-            # An epoch index past the phase's end: a subnet stream training never draws.
-            archs = step_subnets(r.space, phase, self.inplace, r.seed, p, phase.total_epochs, i)
-            torch.manual_seed(step_seed(r.seed, p, phase.total_epochs, i, self.env.rank))
-            self.net.zero_grad(set_to_none=True)
-            _, norms = self.accumulate_gradients(archs, x, y, accumulate, True)
-            small = all_reduce_sum(torch.tensor(norms.mean_sq, dtype=torch.float64, device=self.device), self.env)
-            average_gradients(self.params, self.env)
-            scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
-            estimator.update(float(small) / self.env.world_size, grad_sq_norm(self.params, 1.0 / scale), b, b_big)
-        self.net.zero_grad(set_to_none=True)
-        summary = estimator.summary()
-        return {"phase": phase.name, "phase_index": p, "steps": steps, "b_small": b, "b_big": b_big, **summary,
-                "current_global_batch": self.global_batch, "lr": phase.lr * self.lr_scale,
-                "train_images": len(self.data.train),
-                "suggested_batch": suggest_batch_size(summary["b_simple"], len(self.data.train))}
-
     # ------------------------------------------------------------------ state
     def global_epoch(self, p: int, epoch: int) -> int:
         return sum(q.total_epochs for q in self.recipe.phases[:p]) + epoch
@@ -424,15 +394,14 @@ class Trainer:
             "rng": {"torch": torch.get_rng_state()},
             "epoch_stats": {"loss": self.epoch_loss, "steps": self.epoch_steps, "seconds": self.epoch_seconds},
             "noise_scale": self.noise.state_dict(), "metrics_lines": self.metrics.count, "elapsed": self.elapsed,
+            "world_size": self.env.world_size,
         }
         if self.env.is_main:
             self.store.save(state)
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint (weights, teacher, optimizer, position, statistics)."""
-        if state["space"] != self.recipe.space.to_dict():
-            raise OFAError(f"the checkpoint's search space differs from that of {self.recipe.source}; "
-                           "use the recipe the run started with")
+        check_same_space(state, self.recipe)
         self.net.load_state_dict(state["model"])
         self.phase, self.epoch, self.step = int(state["phase"]), int(state["epoch"]), int(state["step"])
         self.global_step = int(state["global_step"])
@@ -465,31 +434,3 @@ class Trainer:
     def plot(self) -> None:
         if self.env.is_main:
             plot_training_curves(self.out / "metrics.jsonl", self.out / "training_curves.png")
-
-
-def measure_noise_scale(recipe: Recipe, steps: int, phase: str | None = None, run_dir: str | Path | None = None,
-                        accumulate: int = 8) -> dict[str, Any]:
-    """B_simple of one phase at given weights: a run's newest checkpoint, or a freshly initialised network.
-
-    The phase defaults to the run's current one (the first without a run). See `Trainer.measure`.
-    """
-    env = init_distributed(recipe.device)
-    try:
-        trainer = Trainer(recipe, None, env)
-        if run_dir is not None:
-            state = CheckpointStore(Path(run_dir) / "checkpoints").load_latest()
-            if state is None:
-                raise OFAError(f"{run_dir}: no checkpoint to measure (checkpoints/ is empty or missing)")
-            trainer.load_state(state)
-        p = recipe.phase_index(phase) if phase is not None else min(trainer.phase, len(recipe.phases) - 1)
-        return trainer.measure(p, steps, accumulate)
-    finally:
-        shutdown(env)
-
-
-def _cycle(loader: torch.utils.data.DataLoader):
-    epoch = 0
-    while True:
-        set_loader_epoch(loader, epoch)
-        yield from loader
-        epoch += 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from ofa.io import atomic_write
 
 
@@ -23,17 +25,13 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 def plot_training_curves(metrics_path: str | Path, png_path: str | Path) -> Path | None:
     """Write a 2x2 figure (x axis: epochs over all phases; dashed lines mark phase starts)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = read_metrics(metrics_path)
     epochs = [r for r in rows if r.get("kind") == "epoch"]
     if not epochs:
         return None
     evals = [r for r in rows if r.get("kind") == "eval"]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig = Figure(figsize=(12, 8))  # no pyplot: no global figure state, no GUI backend
+    axes = fig.subplots(2, 2)
     (ax_loss, ax_acc), (ax_lr, ax_noise) = axes
     x = [r["global_epoch"] for r in epochs]
     ax_loss.plot(x, [r["loss"] for r in epochs], marker=".")
@@ -64,6 +62,4 @@ def plot_training_curves(metrics_path: str | Path, png_path: str | Path) -> Path
             ax.text(start, 0.98, f" {name}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="grey",
                     rotation=90)
     fig.tight_layout()
-    out = atomic_write(png_path, lambda p: fig.savefig(p, dpi=100, format="png"))
-    plt.close(fig)
-    return out
+    return atomic_write(png_path, lambda p: fig.savefig(p, dpi=100, format="png"))

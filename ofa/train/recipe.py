@@ -9,18 +9,17 @@ choice outside the space or a missing data root is an `OFAError` naming the file
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from ofa.arch import Arch
+from ofa.config import ConfigError, apply_overrides, parse_fields, parse_section, section_to_dict
 from ofa.data import DataConfig, parse_data_config
 from ofa.errors import OFAError, SpaceError
 from ofa.io import read_yaml
-from ofa.space import Arch, SearchSpace
-from ofa.train.schema import ConfigError, parse_fields, parse_section, section_to_dict
+from ofa.space import SearchSpace
 from ofa.transfer import derive_space, read_supernet_space
 
 
@@ -78,14 +77,10 @@ class PhaseConfig:
         return self.warmup_epochs + self.epochs
 
     def largest(self, resolution: int, space: SearchSpace) -> Arch:
-        n = space.num_slots
-        return Arch(resolution, (max(self.depths),) * space.num_stages, (max(self.kernels),) * n,
-                    (max(self.expands),) * n)
+        return space.uniform_arch(resolution, max(self.kernels), max(self.expands), max(self.depths))
 
     def smallest(self, resolution: int, space: SearchSpace) -> Arch:
-        n = space.num_slots
-        return Arch(resolution, (min(self.depths),) * space.num_stages, (min(self.kernels),) * n,
-                    (min(self.expands),) * n)
+        return space.uniform_arch(resolution, min(self.kernels), min(self.expands), min(self.depths))
 
 
 @dataclass(frozen=True)
@@ -163,53 +158,6 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
         raise OFAError(f"{path}: a recipe is a mapping with space, data, phases, ... (got {type(raw).__name__})")
     raw = apply_overrides(dict(raw), overrides, str(path))
     return recipe_from_dict(raw, str(path))
-
-
-def apply_overrides(raw: dict[str, Any], overrides: Iterable[str], source: str) -> dict[str, Any]:
-    """``--set data.batch_size=32``, ``--set phases.kernel.epochs=2`` (a phase by name or index)."""
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise OFAError(f"--set {item!r}: expected KEY=VALUE, e.g. data.batch_size=32")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise OFAError(f"--set {item!r}: the value is not valid YAML") from None
-        node: Any = raw
-        parts = key.split(".")
-        for depth, part in enumerate(parts):
-            last = depth == len(parts) - 1
-            where = ".".join(parts[:depth + 1])
-            if isinstance(node, list):
-                index = _list_index(node, part)
-                if index is None:
-                    raise OFAError(f"--set {key}: {where}: no such list entry in {source}")
-                if last:
-                    node[index] = value
-                else:
-                    node[index] = dict(node[index]) if isinstance(node[index], Mapping) else node[index]
-                    node = node[index]
-            elif isinstance(node, dict):
-                if last:
-                    node[part] = value
-                else:
-                    child = node.get(part)
-                    node[part] = (list(child) if isinstance(child, list)
-                                  else dict(child) if isinstance(child, Mapping) else {})
-                    node = node[part]
-            else:
-                raise OFAError(f"--set {key}: {'.'.join(parts[:depth])} is not a mapping or list in {source}")
-    return raw
-
-
-def _list_index(items: list, part: str) -> int | None:
-    if part.lstrip("-").isdigit():
-        i = int(part)
-        return i if -len(items) <= i < len(items) else None
-    for i, item in enumerate(items):
-        if isinstance(item, Mapping) and item.get("name") == part:
-            return i
-    return None
 
 
 def recipe_from_dict(raw: Mapping[str, Any], source: str = "recipe") -> Recipe:

@@ -10,7 +10,9 @@ import itertools
 
 import numpy as np
 
-from ofa.space import Arch, SearchSpace
+from ofa.arch import Arch
+from ofa.encoding import sample_arch
+from ofa.space import SearchSpace
 from ofa.train.recipe import PhaseConfig
 
 
@@ -29,8 +31,8 @@ def step_subnets(space: SearchSpace, phase: PhaseConfig, inplace_teacher: bool, 
     if phase.sandwich:
         fixed.append(phase.smallest(res, space))
     fixed = fixed[:phase.subnets_per_step]
-    restrict = {"kernels": phase.kernels, "expands": phase.expands, "depths": phase.depths, "resolutions": [res]}
-    return fixed + [space.sample(rng, **restrict) for _ in range(phase.subnets_per_step - len(fixed))]
+    return fixed + [sample_arch(space, rng, kernels=phase.kernels, expands=phase.expands, depths=phase.depths,
+                                resolutions=[res]) for _ in range(phase.subnets_per_step - len(fixed))]
 
 
 def step_seed(seed: int, phase_index: int, epoch: int, step: int, rank: int) -> int:
@@ -52,8 +54,7 @@ def eval_subnets(space: SearchSpace, phase: PhaseConfig, mode: str) -> dict[str,
         for r, d, e, k in itertools.product(resolutions[::-1], *[sorted({max(c), min(c)}, reverse=True)
                                                                  for c in (phase.depths, phase.expands,
                                                                            phase.kernels)]):
-            n = space.num_slots
-            archs.append(Arch(r, (d,) * space.num_stages, (k,) * n, (e,) * n))
+            archs.append(space.uniform_arch(r, k, e, d))
     named: dict[str, Arch] = {}
     for a in archs:
         named.setdefault(f"r{a.resolution}-k{a.kernels[0]}-e{a.expands[0]}-d{a.depths[0]}", a)

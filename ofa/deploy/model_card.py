@@ -1,13 +1,14 @@
-"""A markdown model card for an exported subnet: what it is, how good and fast it is, how to feed it."""
+"""A markdown model card for an exported subnet: what it is, how good and fast it is, how to feed it.
+
+Rendering reads plain data only (the export's result, its space and preprocessing), so a card can be
+rendered without running anything.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+from ofa.deploy.result import ExportResult, Preprocessing
+from ofa.deploy.timing import Latency
 from ofa.space import SearchSpace
-
-if TYPE_CHECKING:
-    from ofa.export import ExportResult, Latency
 
 
 def _num(n: float) -> str:
@@ -28,18 +29,34 @@ def _ms(latency: Latency | None) -> str:
             f"{latency.samples} timed rounds, {latency.source})")
 
 
-def render_model_card(result: ExportResult, space: SearchSpace, *, mean: Any, std: Any,
-                      class_names: list[str]) -> str:
+def render_model_card(result: ExportResult, space: SearchSpace, prep: Preprocessing) -> str:
     """Markdown: architecture (per block), MACs, params, accuracy, latency, preprocessing, provenance."""
     arch = result.arch
-    onnx_name, pt_name = result.onnx_path.name, result.subnet_path.name
+    lines = [
+        f"# {result.onnx_path.name}: once-for-all subnet `{arch.short()}`",
+        "",
+        _origin(result),
+        "",
+        *_summary(result, space),
+        *_architecture(result, space),
+        *_preprocessing(result, prep),
+        *_files(result),
+    ]
+    return "\n".join(lines)
+
+
+def _origin(result: ExportResult) -> str:
+    if result.finetuned_sha256 is not None:
+        return ("Extracted from a once-for-all supernet, then fine-tuned as a standalone model (`ofa finetune`; "
+                "BN statistics its own, not recalibrated at export).")
     bn = (f"BN statistics recalibrated on {result.bn_batches} training batches" if result.bn_batches
           else "BN statistics kept from the supernet")
+    return f"Extracted from a once-for-all supernet without retraining ({bn})."
+
+
+def _summary(result: ExportResult, space: SearchSpace) -> list[str]:
+    arch = result.arch
     lines = [
-        f"# {onnx_name}: once-for-all subnet `{arch.short()}`",
-        "",
-        f"Extracted from a once-for-all supernet without retraining ({bn}).",
-        "",
         "## Summary",
         "",
         "| | |",
@@ -65,12 +82,19 @@ def render_model_card(result: ExportResult, space: SearchSpace, *, mean: Any, st
     predicted = "n/a" if result.predicted_latency_ms is None else f"{result.predicted_latency_ms:.3f} ms"
     if isinstance(arch.extra.get("target_ms"), int | float):
         predicted += f" for a target {arch.extra['target_ms']:g} ms"
-    lines += [
+    return [
+        *lines,
         f"| latency, predicted by table | {predicted}{f' (`{result.table}`)' if result.table else ''} |",
         f"| parity vs PyTorch | max abs logit diff {result.parity.max_abs_diff:.2e} on "
         f"{result.parity.real_inputs} real + {result.parity.random_inputs} random inputs, top-1 identical "
         f"on {100 * result.parity.top1_agreement:.1f}% |",
         "",
+    ]
+
+
+def _architecture(result: ExportResult, space: SearchSpace) -> list[str]:
+    arch = result.arch
+    lines = [
         "## Architecture",
         "",
         f"Resolution {arch.resolution}, depths {list(arch.depths)}.",
@@ -82,16 +106,31 @@ def render_model_card(result: ExportResult, space: SearchSpace, *, mean: Any, st
         lines.append(
             f"| {i} | {layer.kind} | {layer.in_hw}×{layer.in_hw}×{layer.in_c} | {layer.out_c} | {layer.kernel} | "
             f"{layer.mid or ''} | {layer.stride} | {'yes' if layer.se else ''} | {layer.act} | {_num(layer.macs)} |")
-    names = ", ".join(class_names[:20]) + (f", … ({len(class_names)} in all)" if len(class_names) > 20 else "")
-    lines += [
-        "",
+    return [*lines, ""]
+
+
+def _preprocessing(result: ExportResult, prep: Preprocessing) -> list[str]:
+    names = prep.class_names
+    listed = ", ".join(names[:20]) + (f", … ({len(names)} in all)" if len(names) > 20 else "")
+    r = result.arch.resolution
+    how = f"Resize to {r}×{r}"
+    if prep.resize:
+        how = (f"Resize ({prep.resize.get('interpolation', 'bilinear')}) and centre-crop {r}×{r} "
+               f"(crop_pct {prep.resize.get('crop_pct', 1.0)}, as the weights were trained)")
+    return [
         "## Preprocessing",
         "",
-        f"Resize to {arch.resolution}×{arch.resolution}, scale pixels to [0, 1], then `(x - mean) / std` per channel "
-        f"with mean `{mean}` and std `{std}`.",
+        f"{how}, scale pixels to [0, 1], then `(x - mean) / std` per channel "
+        f"with mean `{prep.mean}` and std `{prep.std}`.",
         "",
-        f"Classes: {names}.",
+        f"Classes: {listed}.",
         "",
+    ]
+
+
+def _files(result: ExportResult) -> list[str]:
+    onnx_name, pt_name = result.onnx_path.name, result.subnet_path.name
+    lines = [
         "## Files and provenance",
         "",
         f"- `{onnx_name}`: fp32 ONNX, opset {result.opset}, "
@@ -100,11 +139,13 @@ def render_model_card(result: ExportResult, space: SearchSpace, *, mean: Any, st
     if result.int8_path is not None:
         lines.append(f"- `{result.int8_path.name}`: INT8 (QDQ, static post-training quantization calibrated on "
                      "training images).")
-    lines += [
+    return [
+        *lines,
         f"- `{pt_name}`: the static PyTorch (timm MobileNetV3) model: `ofa.load_subnet('{pt_name}')`.",
         f"- supernet checkpoint sha256: `{result.supernet_sha256 or 'unknown'}`; space fingerprint "
         f"`{result.space_fingerprint}`.",
-        f"- arch: `{arch.to_json()}`",
+        *([f"- fine-tuned subnet file sha256: `{result.finetuned_sha256}`."] if result.finetuned_sha256 else []),
+        f"- arch: `{result.arch.to_json()}`",
         "",
         "## Usage",
         "",
@@ -115,4 +156,3 @@ def render_model_card(result: ExportResult, space: SearchSpace, *, mean: Any, st
         "```",
         "",
     ]
-    return "\n".join(lines)

@@ -1,15 +1,19 @@
 """Typed config sections from plain YAML mappings: every key and type checked, errors name the key.
 
 A section is a frozen dataclass whose type hints are the schema; `parse_section` walks them, so
-adding a recipe option is adding one annotated field with a default.
+adding a recipe option is adding one annotated field with a default. ``--set key=value``
+overrides (`apply_overrides`) edit the plain mapping before it is parsed, and `differences`
+compares two resolved configs key by key (what a resumed run may and may not change).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Mapping
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, NamedTuple, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
 
 from ofa.errors import OFAError
 
@@ -120,3 +124,88 @@ def section_to_dict(section: Any) -> Any:
     if isinstance(section, Mapping):
         return {k: section_to_dict(v) for k, v in section.items()}
     return section
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Iterable[str], source: str) -> dict[str, Any]:
+    """``--set data.batch_size=32``, ``--set phases.kernel.epochs=2`` (a list entry by name or index).
+
+    Values are YAML; the mapping is edited in place (nested mappings and lists are copied on
+    the way down, so the caller's nested objects are untouched) and returned. Raises
+    `OFAError` for a malformed item or a path that does not exist in ``source``.
+    """
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise OFAError(f"--set {item!r}: expected KEY=VALUE, e.g. data.batch_size=32")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise OFAError(f"--set {item!r}: the value is not valid YAML") from None
+        _set_path(raw, key, value, source)
+    return raw
+
+
+def _set_path(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
+    node: Any = raw
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        if isinstance(node, list):
+            index = _list_index(node, part)
+            if index is None:
+                raise OFAError(f"--set {key}: {'.'.join(parts[:depth + 1])}: no such list entry in {source}")
+        elif isinstance(node, dict):
+            index = part
+        else:
+            raise OFAError(f"--set {key}: {'.'.join(parts[:depth])} is not a mapping or list in {source}")
+        if last:
+            node[index] = value
+            return
+        child = node[index] if isinstance(node, list) else node.get(part)
+        # Copy containers on the way down; a missing or scalar mapping entry becomes a new mapping.
+        if isinstance(child, list):
+            node[index] = list(child)
+        elif isinstance(child, Mapping):
+            node[index] = dict(child)
+        elif isinstance(node, dict):
+            node[index] = {}
+        node = node[index]
+
+
+def _list_index(items: list, part: str) -> int | None:
+    if part.lstrip("-").isdigit():
+        i = int(part)
+        return i if -len(items) <= i < len(items) else None
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping) and item.get("name") == part:
+            return i
+    return None
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT: Any = _Absent()  # the value of a key one of the compared configs does not have
+
+
+class Difference(NamedTuple):
+    """One key where two configs differ: ``key`` reads ``data.batch_size`` or ``phases[1].lr``."""
+
+    key: str
+    old: Any
+    new: Any
+
+
+def differences(old: Any, new: Any, where: str = "") -> list[Difference]:
+    """Every leaf where two plain config trees (as `section_to_dict` writes them) differ, in key order.
+
+    A list of a different length is one difference at the list itself.
+    """
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        keys = [*old, *(k for k in new if k not in old)]
+        return [d for k in keys for d in differences(old.get(k, ABSENT), new.get(k, ABSENT), _key(where, str(k)))]
+    if isinstance(old, list | tuple) and isinstance(new, list | tuple) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new)) for d in differences(a, b, f"{where}[{i}]")]
+    return [] if old == new else [Difference(where, old, new)]

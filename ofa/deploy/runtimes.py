@@ -1,0 +1,196 @@
+"""Inference backends: onnxruntime and torch, on CPU or CUDA, behind one small interface.
+
+A `Runner` holds one loaded model with a fixed input, for timing (see `ofa.deploy.timing`); an
+`OrtModel` runs any number of real inputs through an exported model (parity, accuracy). Both open
+their onnxruntime session through `open_session`, so an unreadable model is one clear error.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from torch import nn
+
+from ofa.deploy.convert import export_onnx
+from ofa.errors import OFAError
+
+BACKENDS = ("ort-cpu", "torch-cpu", "ort-cuda", "torch-cuda")
+
+
+def check_backend(backend: str) -> None:
+    """Refuse an unknown backend, or a CUDA one on a machine without a GPU, with one clear line."""
+    if backend not in BACKENDS:
+        raise OFAError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    if backend.endswith("cuda"):
+        if not torch.cuda.is_available():
+            raise OFAError(f"backend {backend!r} needs a CUDA GPU, and none is visible here")
+        if backend == "ort-cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise OFAError("backend 'ort-cuda' needs onnxruntime-gpu (CUDAExecutionProvider is not available)")
+
+
+def backend_device(backend: str) -> str:
+    return "cuda" if backend.endswith("cuda") else "cpu"
+
+
+def runtime_info(backend: str) -> dict[str, str]:
+    """Runtime name and version, and the processor, for a table's meta."""
+    if backend.startswith("ort"):
+        runtime, version = "onnxruntime", ort.__version__
+    else:
+        runtime, version = "torch", str(torch.__version__)
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    info = {"runtime": runtime, "runtime_version": version, "cpu": cpu}
+    if backend.endswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def open_session(model: str | Path | bytes, options: ort.SessionOptions, device: str = "cpu") -> ort.InferenceSession:
+    """An onnxruntime session on ``device``; a model onnxruntime cannot load is an `OFAError`."""
+    providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    source = str(model) if isinstance(model, str | Path) else model
+    try:
+        return ort.InferenceSession(source, options, providers=providers)
+    except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
+        where = str(model) if isinstance(model, str | Path) else "model"
+        raise OFAError(f"{where}: onnxruntime cannot load it: {str(exc).splitlines()[0]}") from None
+
+
+# --------------------------------------------------------------------------------- timing runners
+class Runner(ABC):
+    """One loaded model with a fixed input; ``timed(n, clock)`` returns the mean ms of ``n`` calls."""
+
+    device: str = "cpu"
+    threads: int = 1
+
+    @abstractmethod
+    def timed(self, calls: int, clock: Callable[[], int] = time.perf_counter_ns) -> float:
+        """Mean milliseconds of ``calls`` back-to-back calls, read on ``clock`` (nanoseconds)."""
+
+
+class OrtRunner(Runner):
+    """An onnxruntime session with inputs and outputs bound once (no per-call allocation or copies)."""
+
+    def __init__(self, model: str | Path | bytes, input_shape: Sequence[int], threads: int = 1,
+                 device: str = "cpu") -> None:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3
+        self.session = open_session(model, opts, device)
+        inputs = self.session.get_inputs()
+        if len(inputs) != 1:
+            raise OFAError(f"expected a model with one input, got {len(inputs)}")
+        x = np.random.default_rng(0).standard_normal(tuple(input_shape)).astype(np.float32)
+        self.device, self.threads = device, threads
+        self.binding = self.session.io_binding()
+        self._input = ort.OrtValue.ortvalue_from_numpy(x, device, 0)
+        self.binding.bind_ortvalue_input(inputs[0].name, self._input)
+        for out in self.session.get_outputs():
+            self.binding.bind_output(out.name, device)
+        try:
+            self.session.run_with_iobinding(self.binding)  # first call allocates the bound outputs
+        except Exception as exc:  # e.g. an input shape the model does not take
+            raise OFAError(f"model does not run on input of shape {list(input_shape)}: "
+                           f"{str(exc).splitlines()[0]}") from None
+        outputs = self.binding.get_outputs()
+        for out, value in zip(self.session.get_outputs(), outputs):
+            self.binding.bind_ortvalue_output(out.name, value)
+        self._outputs = outputs
+
+    def timed(self, calls: int, clock: Callable[[], int] = time.perf_counter_ns) -> float:
+        run, binding = self.session.run_with_iobinding, self.binding
+        if self.device == "cuda":
+            binding.synchronize_inputs()
+        t0 = clock()
+        for _ in range(calls):
+            run(binding)
+        if self.device == "cuda":
+            binding.synchronize_outputs()
+        return (clock() - t0) / 1e6 / calls
+
+
+class TorchRunner(Runner):
+    """A torch module in eval/inference mode; CUDA timings use CUDA events."""
+
+    def __init__(self, module: nn.Module, input_shape: Sequence[int], threads: int = 1, device: str = "cpu") -> None:
+        if device == "cpu":
+            torch.set_num_threads(threads)
+        self.device, self.threads = device, threads
+        self.module = module.eval().to(device)
+        gen = torch.Generator().manual_seed(0)
+        self.x = torch.randn(tuple(input_shape), generator=gen).to(device)
+        with torch.inference_mode():
+            self.module(self.x)
+
+    def timed(self, calls: int, clock: Callable[[], int] = time.perf_counter_ns) -> float:
+        with torch.inference_mode():
+            if self.device == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(calls):
+                    self.module(self.x)
+                end.record()
+                end.synchronize()
+                return start.elapsed_time(end) / calls
+            t0 = clock()
+            for _ in range(calls):
+                self.module(self.x)
+            return (clock() - t0) / 1e6 / calls
+
+
+def make_runner(backend: str, module: nn.Module | None, shape: Sequence[int], threads: int,
+                onnx_model: bytes | Path | None = None) -> Runner:
+    """A runner for ``module`` on ``backend``; ONNX backends export it unless ``onnx_model`` is given."""
+    device = backend_device(backend)
+    if backend.startswith("ort"):
+        if onnx_model is None and module is None:
+            raise OFAError("an onnxruntime runner needs a module to export or an ONNX model")
+        model = onnx_model if onnx_model is not None else export_onnx(module, shape)
+        return OrtRunner(model, shape, threads, device)
+    if module is None:
+        raise OFAError(f"backend {backend!r} times a torch module, and none was given")
+    return TorchRunner(module, shape, threads, device)
+
+
+# --------------------------------------------------------------------------------- inference
+class OrtModel:
+    """An onnxruntime CPU session that runs any number of inputs, in chunks its batch dim accepts."""
+
+    def __init__(self, model: onnx.ModelProto | str | Path) -> None:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only: optimizer notes would clutter the command's output
+        # Idle worker threads sleep instead of spinning: on a shared CPU spinning threads starve the others.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+        self.session = open_session(source, options)
+        spec = self.session.get_inputs()[0]
+        self.input_name = spec.name
+        self.batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
+
+    def __call__(self, x: np.ndarray, chunk: int = 256) -> np.ndarray:
+        step = self.batch or chunk
+        outputs = []
+        for start in range(0, len(x), step):
+            part = np.ascontiguousarray(x[start:start + step], dtype=np.float32)
+            n = len(part)
+            if self.batch and n < self.batch:  # a static batch: pad the tail, drop the padding's outputs
+                part = np.concatenate([part, np.repeat(part[-1:], self.batch - n, axis=0)])
+            outputs.append(self.session.run(None, {self.input_name: part})[0][:n])
+        return np.concatenate(outputs)

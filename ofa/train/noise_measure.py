@@ -1,0 +1,134 @@
+"""``ofa noise-scale``: the gradient noise scale of one phase at given weights, without training them.
+
+Each step draws the phase's subnets (from a stream training never draws) and ``accumulate``
+micro-batches of the training micro-batch size per process; the small batch is one micro-batch,
+the big one all of them over all processes (estimator: `ofa.train.noise_scale`). Estimates are
+averaged over the steps. The weights are a run's newest checkpoint or a fresh network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from ofa.data import LoaderOptions, make_loader, set_loader_epoch
+from ofa.errors import OFAError
+from ofa.train.checkpoint import CheckpointStore
+from ofa.train.distributed import all_reduce_sum, average_gradients, process_group
+from ofa.train.loop import Trainer
+from ofa.train.noise_scale import NoiseScaleEstimator, grad_sq_norm, suggest_batch_size
+from ofa.train.recipe import Recipe, load_recipe
+from ofa.train.sampling import step_seed, step_subnets
+
+
+@dataclass(frozen=True)
+class NoiseMeasureConfig:
+    """What to measure: ``steps`` steps of ``accumulate`` micro-batches, of phase ``phase``
+    (None: the run's current phase, or the first without a run)."""
+
+    steps: int = 20
+    accumulate: int = 8
+    phase: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.accumulate < 2:
+            raise OFAError(f"noise scale: need steps >= 1 and accumulate >= 2, got {self.steps} and "
+                           f"{self.accumulate}")
+
+
+@dataclass(frozen=True)
+class NoiseScaleResult:
+    """B_simple of one phase, the two batch sizes it compares, and a batch size to train with."""
+
+    phase: str
+    phase_index: int
+    steps: int
+    b_small: int
+    b_big: int
+    b_simple: float | None  # None: |G|² estimate <= 0, the gradient is lost in the noise
+    trace_sigma: float
+    grad_sq: float
+    updates: int
+    current_global_batch: int
+    lr: float  # the phase's learning rate at the current global batch
+    train_images: int
+    suggested_batch: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def measure_noise_scale(recipe: Recipe, cfg: NoiseMeasureConfig,
+                        state: Mapping[str, Any] | None = None) -> NoiseScaleResult:
+    """B_simple of one phase of ``recipe`` at the weights of training checkpoint ``state`` (None: fresh).
+
+    Under ``torchrun`` every process measures its share. Raises `OFAError` for an unknown phase,
+    a checkpoint of another space, or more micro-batches than training images.
+    """
+    chosen = recipe.phase_index(cfg.phase) if cfg.phase is not None else None
+    with process_group(recipe.device) as env:
+        trainer = Trainer(recipe, None, env)
+        if state is not None:
+            trainer.load_state(dict(state))
+        p = chosen if chosen is not None else min(trainer.phase, len(recipe.phases) - 1)
+        return _measure(trainer, p, cfg.steps, cfg.accumulate)
+
+
+def measure_noise_scale_file(recipe_path: str | Path, cfg: NoiseMeasureConfig, overrides: Sequence[str] = (),
+                             run_dir: str | Path | None = None) -> NoiseScaleResult:
+    """`measure_noise_scale` of a recipe file (with ``--set`` overrides) at the newest checkpoint of ``run_dir``."""
+    recipe = load_recipe(recipe_path, overrides)
+    state = None
+    if run_dir is not None:
+        state = CheckpointStore(Path(run_dir) / "checkpoints").load_latest()
+        if state is None:
+            raise OFAError(f"{run_dir}: no checkpoint to measure (checkpoints/ is empty or missing)")
+    return measure_noise_scale(recipe, cfg, state)
+
+
+def _measure(trainer: Trainer, p: int, steps: int, accumulate: int) -> NoiseScaleResult:
+    """Phase ``p`` at the trainer's current weights, which it leaves unchanged."""
+    r, phase, env = trainer.recipe, trainer.recipe.phases[p], trainer.env
+    if trainer.phase != p or (trainer.epoch == 0 and trainer.step == 0):
+        trainer.begin_phase(p)  # the teacher and channel order the phase would train with
+    b = r.data.batch_size // trainer.micro_batches
+    loader = make_loader(trainer.data.train, b * accumulate, shuffle=True, seed=r.seed, drop_last=True,
+                         options=LoaderOptions(rank=env.rank, world_size=env.world_size))
+    if len(loader) == 0:
+        raise OFAError(f"noise scale: {accumulate} micro-batches of {b} images x {env.world_size} process(es) "
+                       f"exceed the {len(trainer.data.train)} training images; lower --accumulate")
+    estimator = NoiseScaleEstimator(ema=1.0)
+    b_big = b * accumulate * env.world_size
+    batches = _cycle(loader)
+    trainer.net.train()
+    for i in tqdm(range(steps), desc=f"noise scale {phase.name}", disable=None if env.is_main else True, leave=False):
+        x, y = next(batches)
+        # An epoch index past the phase's end: a subnet stream training never draws.
+        archs = step_subnets(r.space, phase, trainer.inplace, r.seed, p, phase.total_epochs, i)
+        torch.manual_seed(step_seed(r.seed, p, phase.total_epochs, i, env.rank))
+        trainer.net.zero_grad(set_to_none=True)
+        _, norms = trainer.accumulate_gradients(archs, x, y, accumulate, True)
+        small = all_reduce_sum(torch.tensor(norms.mean_sq, dtype=torch.float64, device=trainer.device), env)
+        average_gradients(trainer.params, env)
+        scale = trainer.scaler.get_scale() if trainer.scaler.is_enabled() else 1.0
+        estimator.update(float(small) / env.world_size, grad_sq_norm(trainer.params, 1.0 / scale), b, b_big)
+    trainer.net.zero_grad(set_to_none=True)
+    summary = estimator.summary()
+    return NoiseScaleResult(phase=phase.name, phase_index=p, steps=steps, b_small=b, b_big=b_big, **summary,
+                            current_global_batch=trainer.global_batch, lr=phase.lr * trainer.lr_scale,
+                            train_images=len(trainer.data.train),
+                            suggested_batch=suggest_batch_size(summary["b_simple"], len(trainer.data.train)))
+
+
+def _cycle(loader: torch.utils.data.DataLoader) -> Iterator[Any]:
+    epoch = 0
+    while True:
+        set_loader_epoch(loader, epoch)
+        yield from loader
+        epoch += 1

@@ -1,0 +1,54 @@
+"""Finding the subnets for one device: the supernet's space, its predictor and the device's table must
+agree before a search means anything; this module checks that, searches, and writes the answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ofa.space import SearchSpace
+from ofa.supernet import OFAMobileNetV3
+from search.evolution import RowModel, SearchConfig, SearchResult, SubsetPredictor, run_search
+from search.latency import LatencyTable
+from search.predictor import AccuracyPredictor
+
+
+@dataclass
+class Found:
+    """A search's result, where it was written, and a note for the user (or None)."""
+
+    result: SearchResult
+    paths: dict[str, Path]
+    note: str | None = None
+
+
+def search_device(space: SearchSpace, predictor: AccuracyPredictor, table: LatencyTable, cfg: SearchConfig,
+                  progress: bool = False, what: str = "the supernet") -> tuple[SearchResult, str | None]:
+    """Search ``space`` (a supernet's) on ``table``'s device; returns the result and a note when the table
+    measured only some of the supernet's resolutions (then only those are searched).
+
+    Raises ``OFAError`` when the predictor or the table belongs to another space, or a budget is unreachable.
+    """
+    predictor.check_space(space, what)
+    source, table = table.source, table.for_space(space)
+    scorer: RowModel = predictor
+    note = None
+    if table.space.resolutions != space.resolutions:
+        note = (f"{source} measured resolutions {list(table.space.resolutions)} of the supernet's "
+                f"{list(space.resolutions)}: searching those")
+        scorer = SubsetPredictor(predictor, space, table.space)
+    result = run_search(table.space, scorer, table, cfg, progress=progress)
+    result.meta["device"] = table.describe()
+    return result, note
+
+
+def search_files(supernet: str | Path, predictor: str | Path, lut: str | Path, cfg: SearchConfig,
+                 out: str | Path | None = None) -> Found:
+    """`ofa search`: load the three files, search, and write the answer (default: ``search/`` beside the
+    predictor); each arch file carries the supernet's space fingerprint."""
+    space = OFAMobileNetV3.load(supernet).space
+    result, note = search_device(space, AccuracyPredictor.load(predictor), LatencyTable.load(lut), cfg,
+                                 progress=True, what=f"the supernet {supernet}")
+    result.meta.update(supernet=str(supernet), predictor=str(predictor))
+    folder = Path(out) if out else Path(predictor).parent / "search"
+    return Found(result, result.save(folder, lut=str(lut), space=space), note)

@@ -1,0 +1,153 @@
+"""The code's shape, enforced: one-way layers, no import cycles, short functions, a pipeline of library calls.
+
+Layers, each importing only from itself and the layers before it:
+core ← train ← search ← deploy ← pipeline ← cli. A new module must be given a layer here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ("core", "train", "search", "deploy", "pipeline", "cli")
+LAYER_OF_PREFIX = {  # most specific prefix wins
+    "ofa": "core",
+    "ofa.train": "train",
+    "ofa.finetune": "train",
+    "search": "search",
+    "ofa.deploy": "deploy",
+    "ofa.pipeline": "pipeline",
+    "ofa.cli": "cli",
+    "ofa.commands": "cli",
+    "ofa.__main__": "cli",
+}
+# imported inside functions only because they are optional extras (or slow to import for `ofa --help`)
+OPTIONAL = {"openvino", "executorch", "ai_edge_litert", "litert_torch", "huggingface_hub", "safetensors",
+            "tensorboard", "torch.utils.tensorboard", "wandb", "mlflow", "nncf"}
+MAX_LINES, MAX_PARAMS = 60, 8
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for pkg in ("ofa", "search"):
+        for f in (ROOT / pkg).rglob("*.py"):
+            mods[".".join(f.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")] = f
+    return mods
+
+
+MODULES = _modules()
+
+
+def layer_of(module: str) -> str | None:
+    best = max((p for p in LAYER_OF_PREFIX if module == p or module.startswith(p + ".")), key=len, default=None)
+    return LAYER_OF_PREFIX[best] if best else None
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for n in ast.walk(node)}
+    return skip
+
+
+def imports_of(module: str, path: Path) -> list[tuple[str, ast.AST, bool]]:
+    """(imported project module, node, inside a function) for every import of a project module."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_nodes(tree)
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+                   for n in ast.walk(f) if n is not f}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        for name in names:
+            found.append((name, node, id(node) in in_function))
+    return found
+
+
+def test_every_module_has_a_layer():
+    assert not [m for m in MODULES if layer_of(m) is None]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_go_one_way(module):
+    mine = LAYERS.index(layer_of(module))
+    wrong = sorted({name for name, _, _ in imports_of(module, MODULES[module])
+                    if name in MODULES and LAYERS.index(layer_of(name)) > mine})
+    assert not wrong, f"{module} ({LAYERS[mine]}) imports later layers: {wrong}"
+
+
+def test_no_import_cycles():
+    graph = {m: {n for n, _, _ in imports_of(m, MODULES[m]) if n in MODULES and n != m} for m in MODULES}
+    packages = {m for m, f in MODULES.items() if f.name == "__init__.py"}  # re-exports do not form cycles
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node] - packages):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for m in sorted(set(MODULES) - packages):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, " ; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_imports_inside_functions_only_for_optional_dependencies():
+    bad = []
+    for module, path in MODULES.items():
+        if layer_of(module) == "cli":
+            continue
+        for name, node, inside in imports_of(module, path):
+            if inside and isinstance(node, ast.Import | ast.ImportFrom):
+                top = name.split(".")[0]
+                if not any(name == o or name.startswith(o + ".") or top == o for o in OPTIONAL):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    assert not sorted(set(bad)), sorted(set(bad))
+
+
+def test_functions_are_short_and_take_few_parameters():
+    bad = []
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            a = node.args
+            params = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+            params -= 1 if a.args and a.args[0].arg in ("self", "cls") else 0
+            lines = node.end_lineno - node.lineno + 1
+            where = f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"
+            if lines > MAX_LINES:
+                bad.append(f"{where} is {lines} lines")
+            if params > MAX_PARAMS:
+                bad.append(f"{where} takes {params} parameters")
+            if a.vararg or a.kwarg:
+                bad.append(f"{where} takes *args/**kwargs")
+    assert not bad, bad
+
+
+def test_pipeline_stages_are_library_calls():
+    """The pipeline reaches no stage through the CLI, a subprocess, importlib or argv lists."""
+    path = MODULES["ofa.pipeline"]
+    names = {name for name, _, _ in imports_of("ofa.pipeline", path)}
+    assert not {n for n in names if n.split(".")[0] in ("subprocess", "importlib") or layer_of(n) == "cli"}
+    text = path.read_text()
+    assert "argv" not in text and "main(" not in text
