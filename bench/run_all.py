@@ -80,6 +80,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         ["bench/standalone_latency.py", "--json", "--n", "2", "--calls", "50"],
         {"demo_within_10pct": "demo models within ±10%", "mbv3_within_10pct": "mbv3 subnets within ±10%"},
     ),
+    "official_import": Benchmark(
+        ["bench/official_import.py", "--json"],
+        "official OFA-MobileNetV3 checkpoints (w1.0 and w0.5 fixtures, 12 subnets each) imported: max abs "
+        "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5)",
+        ["bench/official_import.py", "--json"],
+        {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
+    ),
     "ps_vs_scratch": Benchmark(
         ["bench/ps_vs_scratch.py", "recipes/digits.yaml", "--json"],
         "test top-1 of 3 subnets: progressive shrinking vs the same subnet trained from scratch "

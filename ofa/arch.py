@@ -7,11 +7,12 @@ consumer refuses an arch of another supernet instead of guessing; ``SearchSpace.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ofa import official_encoding
 from ofa.errors import SpaceError
 from ofa.io import read_text, write_json
 
@@ -103,3 +104,17 @@ class Arch:
             f"r{self.resolution}-d{''.join(map(str, self.depths))}"
             f"-k{''.join(map(str, self.kernels))}-e{''.join(map(str, self.expands))}"
         )
+
+    @classmethod
+    def from_ofa_config(cls, config: Mapping[str, Any], resolution: int | Sequence[int] | None = None,
+                        source: str = "ofa config") -> Arch:
+        """An official once-for-all subnet ``{"ks", "e", "d"}`` at ``resolution`` (int or ``[int]``).
+
+        ``resolution`` defaults to the config's ``"r"``. Raises ``SpaceError`` naming ``source`` and
+        the first bad field; whether the arch fits a space is ``SearchSpace.validate``'s to say.
+        """
+        return cls(*official_encoding.from_ofa_config(config, resolution, source))
+
+    def to_ofa_config(self) -> dict[str, Any]:
+        """The official once-for-all encoding ``{"ks", "e", "d", "r"}`` of this arch."""
+        return official_encoding.to_ofa_config(self.resolution, self.depths, self.kernels, self.expands)

@@ -146,7 +146,8 @@ class Pipeline:
 
     def train(self, recipe: Recipe) -> Path:
         supernet = self.out / "supernet.pt"
-        key = digest([recipe.to_dict()])
+        start = [file_sha256(recipe.init.supernet)] if recipe.init.supernet else []  # a new start file: train again
+        key = digest([recipe.to_dict(), *start])
         if not self.done("train", key, [supernet]):
             train(recipe, self.out, resume=(self.out / "checkpoints").is_dir() or supernet.exists())
             self.mark("train", key)

@@ -51,8 +51,8 @@ _SPACE_FIELDS = (
 class SearchSpace:
     """Elastic MobileNetV3 space: fixed skeleton plus kernel/expand/depth/resolution choices.
 
-    Widths are given at width multiplier 1 and rounded to multiples of 8 after scaling, as OFA does;
-    the feature width only grows with multipliers above 1.
+    Widths are given at width multiplier 1 and rounded to multiples of 8 after scaling, as OFA does
+    (the feature width included, for every multiplier).
     """
 
     stages: tuple[StageSpec, ...]
@@ -195,7 +195,8 @@ class SearchSpace:
 
     @property
     def feature_channels(self) -> int:
-        return self._scale(self.feature_width) if self.width_mult > 1.0 else self.feature_width
+        """Scaled by every multiplier, below 1 too, as the official OFAMobileNetV3 does (640 at 0.5)."""
+        return self._scale(self.feature_width)
 
     @property
     def num_stages(self) -> int:

@@ -39,7 +39,9 @@ def test_width_mult_rounds_like_ofa():
     space = replace(SearchSpace.mbv3(), width_mult=1.2)
     assert space.stage_channels == (32, 48, 96, 136, 192)
     assert space.feature_channels == 1536
-    assert replace(SearchSpace.mbv3(), width_mult=0.75).feature_channels == 1280
+    # The official OFAMobileNetV3 scales the 1280-wide feature layer below 1 too (its w0.5 fixture has 640).
+    assert replace(SearchSpace.mbv3(), width_mult=0.75).feature_channels == 960
+    assert replace(SearchSpace.mbv3(), width_mult=0.5).feature_channels == 640
 
 
 def test_space_dict_round_trip_and_yaml():

@@ -16,8 +16,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Hugging Face Hub: model.safetensors, config.json (timm's config + the arch), README.md (model "
                     "card), model.onnx, model.export.json (summary) and, with --int8, model.int8.onnx. "
                     "OUT=MODEL.onnx writes MODEL.onnx, MODEL.pt (for ofa.load_subnet), MODEL.md, MODEL.export.json "
-                    "(and .int8.onnx) and that model folder beside them as MODEL/.")
-    p.add_argument("--supernet", required=True, metavar="CKPT", help="supernet file or training checkpoint")
+                    "(and .int8.onnx) and that model folder beside them as MODEL/. --subnet FILE exports a subnet "
+                    "fine-tuned by `ofa finetune` instead, with the same checks and no second BN recalibration.")
+    p.add_argument("--supernet", metavar="CKPT", help="supernet file or training checkpoint (with --arch)")
+    p.add_argument("--subnet", metavar="SUBNET.pt",
+                   help="a fine-tuned subnet file (`ofa finetune`'s subnet.pt) to export as it is, instead of "
+                        "--supernet and --arch")
     p.add_argument("--arch", metavar="ARCH.json", help="subnet to export (arch JSON, e.g. from `ofa search`)")
     p.add_argument("--out", required=True, metavar="DIR|MODEL.onnx",
                    help="model folder, or ONNX file (with its model folder beside it)")
@@ -45,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = ExportConfig(out=Path(args.out), calib_batches=args.calib_batches, batch_size=args.batch_size,
                        int8=args.int8, dynamic_batch=args.dynamic_batch, opset=args.opset,
                        latency=not args.no_latency, seed=args.seed, progress=True)
-    r = export_file(Path(args.supernet), Path(args.arch) if args.arch else None, cfg,
-                    Path(args.lut) if args.lut else None)
+    r = export_file(Path(args.supernet) if args.supernet else None, Path(args.arch) if args.arch else None, cfg,
+                    Path(args.lut) if args.lut else None, Path(args.subnet) if args.subnet else None)
     _print_result(r)
     return 0
 
@@ -55,7 +59,8 @@ def _print_result(r: Any) -> None:
     p = r.parity
     print(f"exported {r.arch.short()} -> {r.onnx_path} (opset {r.opset}, "
           f"{'dynamic' if r.dynamic_batch else 'fixed'} batch, {r.macs / 1e6:.2f}M MACs, {r.params / 1e3:.1f}k params)")
-    print(f"  BN recalibration: {f'{r.bn_batches} training batches' if r.bn_batches else 'none (supernet statistics)'}")
+    kept = "none (the fine-tuned subnet's own statistics)" if r.finetuned_sha256 else "none (supernet statistics)"
+    print(f"  BN recalibration: {f'{r.bn_batches} training batches' if r.bn_batches else kept}")
     print(f"  parity vs PyTorch: max |logit diff| {p.max_abs_diff:.2e} on {p.real_inputs} test images + "
           f"{p.random_inputs} random inputs (batch sizes {', '.join(map(str, p.batch_sizes))}), top-1 identical")
     if r.top1_fp32 is not None:

@@ -6,6 +6,8 @@ random inputs (`ofa.deploy.verify`) → test-split accuracy → optional INT8 (`
 → measured latency (`ofa.deploy.timing`) → metadata in the files → a model folder for timm and the Hub
 (`ofa.deploy.model_folder`: safetensors, timm's config.json, a Hub card, the ONNX models, the JSON summary);
 with ``--out MODEL.onnx`` also the static PyTorch subnet, a model card and the summary next to the ``.onnx``.
+A subnet already fine-tuned on its own (`ofa finetune`) takes the same path from the conversion on: its BN
+statistics are its own and are not recalibrated.
 
 Nothing is written unless every check passes: the files are built in a temporary folder beside
 the output and renamed into place at the end, so a failed export never clobbers a good one.
@@ -42,7 +44,7 @@ from ofa.deploy.verify import PARITY_ATOL, Parity, ParityError, check_parity, ev
 from ofa.errors import OFAError, SpaceError
 from ofa.io import file_sha256, write_json, write_text
 from ofa.space import SearchSpace
-from ofa.subnet import FOLDER_WEIGHTS, count_macs, count_params, save_subnet
+from ofa.subnet import FOLDER_WEIGHTS, count_macs, count_params, load_subnet, save_subnet
 from ofa.supernet import OFAMobileNetV3
 from search.latency import LatencyTable
 
@@ -56,7 +58,7 @@ class ExportConfig:
     ``calib_batches`` training batches of ``batch_size`` recalibrate BN (0: keep the supernet's
     statistics) and calibrate INT8; ``parity_images`` test images and ``parity_random`` random inputs
     are compared between onnxruntime and PyTorch. ``checkpoint`` is the supernet file, whose sha256 is
-    recorded; ``arch_source`` names the arch in error messages.
+    recorded (with ``--subnet`` the fine-tuned subnet file); ``arch_source`` names the arch in error messages.
     """
 
     out: Path  # a folder (the model folder), or MODEL.onnx (today's files, the model folder beside as MODEL/)
@@ -122,6 +124,23 @@ def check_table_fits(table: LatencyTable, space: SearchSpace, arch: Arch) -> Non
                        f"(it covers {list(measured.resolutions)})")
 
 
+@dataclass(frozen=True)
+class StaticSubnet:
+    """A static timm subnet ready to convert, with what the files record about it.
+
+    ``meta`` says how to feed it (mean, std, class names, resize); ``bn_batches`` is how many training
+    batches recalibrated its BN here (0: kept); ``finetuned_sha256`` names a fine-tuned subnet file.
+    """
+
+    model: nn.Module
+    space: SearchSpace
+    arch: Arch
+    meta: dict[str, Any]
+    bn_batches: int = 0
+    supernet_sha256: str | None = None
+    finetuned_sha256: str | None = None
+
+
 # --------------------------------------------------------------------------- the whole export
 def export_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any = None,
                   table: LatencyTable | None = None) -> ExportResult:
@@ -135,22 +154,53 @@ def export_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any 
     another space and INT8 without data, and `ParityError` (writing nothing) when onnxruntime and
     PyTorch disagree.
     """
-    space = net.space
-    arch = check_arch(space, arch, cfg.arch_source)
+    arch = check_arch(net.space, arch, cfg.arch_source)
+    _check_inputs(net.space, arch, cfg, data, table)
+    model, bn_batches = _static_subnet(net, arch, cfg, data)
+    subject = StaticSubnet(model, net.space, arch, getattr(net, "meta", None) or {}, bn_batches,
+                           file_sha256(cfg.checkpoint) if cfg.checkpoint else None)
+    return _export_static(subject, cfg, data, table)
+
+
+def export_finetuned(model: nn.Module, cfg: ExportConfig, data: Any = None,
+                     table: LatencyTable | None = None) -> ExportResult:
+    """Export a fine-tuned subnet (`ofa.load_subnet` of what `ofa finetune` wrote) as it is.
+
+    The same conversion, parity, accuracy, INT8 and latency steps as `export_subnet`, but BN is not
+    recalibrated: fine-tuning gave the subnet its own statistics. ``data`` and ``table`` as there;
+    ``cfg.checkpoint`` is the subnet file (its sha256 is recorded beside the supernet's). Raises
+    `OFAError` for a model without the subnet file's metadata, and as `export_subnet`.
+    """
+    meta = getattr(model, "ofa_meta", None)
+    if not isinstance(meta, dict) or not isinstance(meta.get("space"), SearchSpace):
+        raise OFAError(f"{cfg.checkpoint or 'model'}: not a subnet loaded with ofa.load_subnet (no space/arch meta)")
+    space = meta["space"]
+    arch = check_arch(space, meta["arch"], cfg.arch_source)
+    _check_inputs(space, arch, cfg, data, table)
+    subject = StaticSubnet(model.eval(), space, arch, meta, 0, meta.get("supernet_sha256"),
+                           file_sha256(cfg.checkpoint) if cfg.checkpoint else None)
+    return _export_static(subject, cfg, data, table)
+
+
+def _check_inputs(space: SearchSpace, arch: Arch, cfg: ExportConfig, data: Any, table: LatencyTable | None) -> None:
+    """What must hold before any work: the table fits the space and arch; INT8 has calibration images."""
     if table is not None:
         check_table_fits(table, space, arch)
     if cfg.int8 and data is None:
         raise OFAError(f"--int8 needs training images for calibration, and {cfg.checkpoint or 'the supernet'} "
                        "records no data")
+
+
+def _export_static(subject: StaticSubnet, cfg: ExportConfig, data: Any, table: LatencyTable | None) -> ExportResult:
+    """Convert, verify, measure and write one static subnet (the steps after BN recalibration)."""
+    model, space, arch = subject.model, subject.space, subject.arch
     table_batch = int(table.meta.get("batch", 1)) if table is not None else 1
     split = eval_split(data) if data is not None else None
-
-    model, bn_batches = _static_subnet(net, arch, cfg, data)
     proto = to_onnx(model, space.in_channels, arch.resolution, cfg.opset, None if cfg.dynamic_batch else table_batch)
     check_onnx(proto)
     runner = OrtModel(proto)
     parity = _parity(model, runner, arch, space, cfg, split)
-    result = _new_result(model, arch, space, cfg, bn_batches, parity, table)
+    result = _new_result(subject, cfg, parity, table)
     fp32_preds = _accuracy(result, runner, split, cfg)
     int8_proto, calibration_images = _int8(result, proto, runner, cfg, data, split, fp32_preds)
     if cfg.latency:
@@ -159,7 +209,7 @@ def export_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any 
                                                      arch.resolution), table)
         result.latency_fp32, result.latency_int8 = measured["fp32"], measured.get("int8")
         result.extra["latency"] = {name: asdict(lat) for name, lat in measured.items()}
-    prep = Preprocessing.of(getattr(net, "meta", None) or {}, data, space.num_classes)
+    prep = Preprocessing.of(subject.meta, data, space.num_classes)
     _add_metadata(result, proto, int8_proto, space, prep, calibration_images)
     _write_all(result, proto, int8_proto, model, space, prep)
     return result
@@ -200,17 +250,16 @@ def _parity(model: nn.Module, runner: OrtModel, arch: Arch, space: SearchSpace, 
     return parity
 
 
-def _new_result(model: nn.Module, arch: Arch, space: SearchSpace, cfg: ExportConfig, bn_batches: int,
-                parity: Parity, table: LatencyTable | None) -> ExportResult:
-    out = cfg.onnx_path
+def _new_result(subject: StaticSubnet, cfg: ExportConfig, parity: Parity, table: LatencyTable | None) -> ExportResult:
+    out, arch, space, model = cfg.onnx_path, subject.arch, subject.space, subject.model
     folder, is_folder = folder_layout(cfg.out)
     result = ExportResult(
         onnx_path=out, subnet_path=folder / FOLDER_WEIGHTS if is_folder else out.with_suffix(".pt"),
         card_path=folder / FOLDER_CARD if is_folder else out.with_suffix(".md"), folder=folder,
         summary_path=out.with_suffix(".export.json"), arch=arch, opset=cfg.opset, dynamic_batch=cfg.dynamic_batch,
-        bn_batches=bn_batches, parity=parity, macs=count_macs(model, arch.resolution, space.in_channels),
+        bn_batches=subject.bn_batches, parity=parity, macs=count_macs(model, arch.resolution, space.in_channels),
         params=count_params(model), predicted_top1=_float(arch.extra.get("predicted_top1")),
-        supernet_sha256=file_sha256(cfg.checkpoint) if cfg.checkpoint else None,
+        supernet_sha256=subject.supernet_sha256, finetuned_sha256=subject.finetuned_sha256,
         space_fingerprint=space.fingerprint(), predicted_latency_ms=_float(arch.extra.get("latency_ms")),
         table=arch.extra.get("lut"),
     )
@@ -266,7 +315,8 @@ def _add_metadata(result: ExportResult, proto: onnx.ModelProto, int8_proto: onnx
         "predicted_latency_ms": result.predicted_latency_ms, "latency_table": result.table,
         "macs": result.macs, "params": result.params, "bn_recalibration_batches": result.bn_batches,
         "top1_fp32": result.top1_fp32, "latency_ms_fp32": result.latency_fp32 and result.latency_fp32.mean_ms,
-        "parity_max_abs_diff": result.parity.max_abs_diff, "opset": result.opset,
+        "parity_max_abs_diff": result.parity.max_abs_diff, "opset": result.opset, "preprocess": prep.resize,
+        "finetuned_sha256": result.finetuned_sha256,
     }
 
     def props(extra: dict[str, Any]) -> dict[str, str]:
@@ -289,7 +339,9 @@ def _write_all(result: ExportResult, proto: onnx.ModelProto, int8_proto: onnx.Mo
     """
     subnet_meta = {"mean": prep.mean, "std": prep.std, "class_names": prep.class_names,
                    "supernet_sha256": result.supernet_sha256, "bn_recalibration_batches": result.bn_batches,
-                   "top1": result.top1_fp32, "space_fingerprint": space.fingerprint()}
+                   "top1": result.top1_fp32, "space_fingerprint": space.fingerprint(),
+                   **({"preprocess": prep.resize} if prep.resize else {}),
+                   **({"finetuned_sha256": result.finetuned_sha256} if result.finetuned_sha256 else {})}
     out, folder = result.onnx_path, result.folder
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out.stem}.", dir=out.parent) as tmp:
@@ -317,12 +369,18 @@ def _float(value: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- from files (the CLI)
-def export_file(supernet: Path, arch: Path | None, cfg: ExportConfig, lut: Path | None = None) -> ExportResult:
-    """`export_subnet` from files: the supernet (its meta names the data), an arch JSON and an optional table.
+def export_file(supernet: Path | None, arch: Path | None, cfg: ExportConfig, lut: Path | None = None,
+                subnet: Path | None = None) -> ExportResult:
+    """`export_subnet` from files: the supernet (its meta names the data), an arch JSON and an optional table;
+    or, given ``subnet`` (a file `ofa finetune` wrote) instead of both, `export_finetuned` of that subnet.
 
     Without ``lut`` the arch's ``lut`` field names the table (as written, or relative to the arch file)
     when that file exists. Notes on what is missing go to stderr; bad files raise `OFAError`.
     """
+    if subnet is not None:
+        return _export_finetuned_file(subnet, supernet, arch, cfg, lut)
+    if supernet is None:
+        raise OFAError("--supernet (with --arch) or --subnet (a subnet file written by `ofa finetune`) is required")
     if arch is None:
         raise OFAError("--arch is required: the supernet itself is not exported; give a subnet's arch JSON "
                        "(e.g. written by `ofa search`)")
@@ -335,7 +393,20 @@ def export_file(supernet: Path, arch: Path | None, cfg: ExportConfig, lut: Path 
               "supernet's space by its values only")
     table_path = _find_table(lut, chosen, arch)
     table = LatencyTable.load(table_path) if table_path is not None else None
-    return export_subnet(net, chosen, cfg, data=_load_data(net, supernet), table=table)
+    return export_subnet(net, chosen, cfg, data=_load_data(net.meta, supernet), table=table)
+
+
+def _export_finetuned_file(subnet: Path, supernet: Path | None, arch: Path | None, cfg: ExportConfig,
+                           lut: Path | None) -> ExportResult:
+    """`export_finetuned` of a subnet file; its meta names the data it was fine-tuned on."""
+    if supernet is not None or arch is not None:
+        raise OFAError(f"--subnet {subnet}: a subnet file carries its own arch and weights; give it without "
+                       "--supernet and --arch")
+    model = load_subnet(subnet)
+    cfg = replace(cfg, checkpoint=Path(subnet), arch_source=f"{subnet}:arch")
+    table_path = _find_table(lut, model.ofa_meta["arch"], Path(subnet))
+    table = LatencyTable.load(table_path) if table_path is not None else None
+    return export_finetuned(model, cfg, data=_load_data(model.ofa_meta, subnet, supernet=False), table=table)
 
 
 def load_arch_file(path: str | Path) -> Arch:
@@ -374,9 +445,15 @@ def _find_table(lut: Path | None, arch: Arch, arch_path: Path) -> Path | None:
     return None
 
 
-def _load_data(net: OFAMobileNetV3, ckpt: Path) -> Any:
-    if not net.meta.get("data"):
-        _note(f"{ckpt} records no training data: BN statistics stay the supernet's, parity uses random inputs "
-              "only and accuracy is not measured")
-        return None
-    return data_from_meta(net.meta)
+def _load_data(meta: dict[str, Any], ckpt: Path, supernet: bool = True) -> Any:
+    """The data a supernet or subnet file was trained on, from its meta; None (with a note) when unrecorded."""
+    if meta.get("data"):
+        return data_from_meta(meta)
+    if meta.get("bn_recalibration"):
+        print(f"WARNING: {ckpt} is an imported supernet that records no training images: this subnet keeps the "
+              "whole supernet's BN statistics and its accuracy WILL SUFFER. Fine-tune on your data first "
+              "(`ofa train` with init.supernet, or `ofa finetune`), which records the images for recalibration.",
+              file=sys.stderr)
+    kept = "BN statistics stay the supernet's, " if supernet else ""
+    _note(f"{ckpt} records no training data: {kept}parity uses random inputs only and accuracy is not measured")
+    return None

@@ -32,12 +32,10 @@ def _ms(latency: Latency | None) -> str:
 def render_model_card(result: ExportResult, space: SearchSpace, prep: Preprocessing) -> str:
     """Markdown: architecture (per block), MACs, params, accuracy, latency, preprocessing, provenance."""
     arch = result.arch
-    bn = (f"BN statistics recalibrated on {result.bn_batches} training batches" if result.bn_batches
-          else "BN statistics kept from the supernet")
     lines = [
         f"# {result.onnx_path.name}: once-for-all subnet `{arch.short()}`",
         "",
-        f"Extracted from a once-for-all supernet without retraining ({bn}).",
+        _origin(result),
         "",
         *_summary(result, space),
         *_architecture(result, space),
@@ -45,6 +43,15 @@ def render_model_card(result: ExportResult, space: SearchSpace, prep: Preprocess
         *_files(result),
     ]
     return "\n".join(lines)
+
+
+def _origin(result: ExportResult) -> str:
+    if result.finetuned_sha256 is not None:
+        return ("Extracted from a once-for-all supernet, then fine-tuned as a standalone model (`ofa finetune`; "
+                "BN statistics its own, not recalibrated at export).")
+    bn = (f"BN statistics recalibrated on {result.bn_batches} training batches" if result.bn_batches
+          else "BN statistics kept from the supernet")
+    return f"Extracted from a once-for-all supernet without retraining ({bn})."
 
 
 def _summary(result: ExportResult, space: SearchSpace) -> list[str]:
@@ -106,10 +113,14 @@ def _preprocessing(result: ExportResult, prep: Preprocessing) -> list[str]:
     names = prep.class_names
     listed = ", ".join(names[:20]) + (f", … ({len(names)} in all)" if len(names) > 20 else "")
     r = result.arch.resolution
+    how = f"Resize to {r}×{r}"
+    if prep.resize:
+        how = (f"Resize ({prep.resize.get('interpolation', 'bilinear')}) and centre-crop {r}×{r} "
+               f"(crop_pct {prep.resize.get('crop_pct', 1.0)}, as the weights were trained)")
     return [
         "## Preprocessing",
         "",
-        f"Resize to {r}×{r}, scale pixels to [0, 1], then `(x - mean) / std` per channel "
+        f"{how}, scale pixels to [0, 1], then `(x - mean) / std` per channel "
         f"with mean `{prep.mean}` and std `{prep.std}`.",
         "",
         f"Classes: {listed}.",
@@ -135,6 +146,7 @@ def _files(result: ExportResult) -> list[str]:
            if result.subnet_path.suffix == ".safetensors" else f": `ofa.load_subnet('{pt_name}')`."),
         f"- supernet checkpoint sha256: `{result.supernet_sha256 or 'unknown'}`; space fingerprint "
         f"`{result.space_fingerprint}`.",
+        *([f"- fine-tuned subnet file sha256: `{result.finetuned_sha256}`."] if result.finetuned_sha256 else []),
         f"- arch: `{result.arch.to_json()}`",
         "",
         "## Usage",

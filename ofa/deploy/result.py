@@ -15,13 +15,17 @@ from ofa.deploy.verify import Parity
 
 @dataclass(frozen=True)
 class Preprocessing:
-    """How to feed the model: per-channel mean and std of ``(pixel - mean) / std``, the class names, and the
-    name of the training data (the model card's dataset)."""
+    """How to feed the model: per-channel mean and std of ``(pixel - mean) / std``, the class names, the
+    name of the training data (the model card's dataset), and ``resize``: the resize/crop the weights
+    expect where the weights' meta records one (an imported official supernet:
+    ``{"interpolation": "bilinear", "crop_pct": 0.875}``), else None.
+    """
 
     mean: list[float] | None
     std: list[float] | None
     class_names: list[str]
     dataset: str | None = None
+    resize: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, net_meta: dict[str, Any], data: Any, num_classes: int) -> Preprocessing:
@@ -35,8 +39,9 @@ class Preprocessing:
         names = pick("class_names") or [str(i) for i in range(num_classes)]
         recorded = net_meta.get("data") if isinstance(net_meta.get("data"), dict) else {}
         dataset = recorded.get("name") or getattr(data, "name", None)
+        resize = {k: net_meta[k] for k in ("interpolation", "crop_pct") if k in net_meta} or None
         return cls(floats(pick("mean")), floats(pick("std")), [str(n) for n in names],
-                   str(dataset) if dataset else None)
+                   str(dataset) if dataset else None, resize)
 
 
 @dataclass
@@ -66,6 +71,7 @@ class ExportResult:
     predicted_latency_ms: float | None = None
     table: str | None = None
     supernet_sha256: str | None = None
+    finetuned_sha256: str | None = None  # the fine-tuned subnet file exported (--subnet); None: extracted here
     space_fingerprint: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -38,6 +38,7 @@ from ofa.train.recipe import PhaseConfig, Recipe, load_recipe
 from ofa.train.resume import check_resume, check_same_space, prepare_run_folder
 from ofa.train.sampling import eval_subnets, step_seed, step_subnets
 from ofa.train.tracking import Tracker, open_tracker
+from ofa.transfer import adapt_supernet
 
 
 def train(recipe: Recipe, out_dir: str | Path, resume: bool = False) -> Path:
@@ -109,8 +110,7 @@ class Trainer:
                                 ("in_channels", space.in_channels, self.data.in_channels)):
             if have != want:
                 raise OFAError(f"{recipe.source}: space.{key}: {have}, but the {recipe.data.name} data has {want}")
-        torch.manual_seed(recipe.seed)
-        self.net = OFAMobileNetV3(space).to(self.device)
+        self.net = self._initial_net().to(self.device)
         if self.channels_last:
             self.net.to(memory_format=torch.channels_last)
         broadcast_state(self.net, env)
@@ -143,6 +143,16 @@ class Trainer:
         if self.out is not None:
             self.store = CheckpointStore(self.out / "checkpoints", recipe.checkpoint.keep)
             self.metrics = MetricsLog(self.out / "metrics.jsonl", env.is_main)
+
+    def _initial_net(self) -> OFAMobileNetV3:
+        """Seeded random weights, or those of ``init.supernet`` fitted to the space (classes, channels)."""
+        recipe = self.recipe
+        torch.manual_seed(recipe.seed)
+        net = OFAMobileNetV3(recipe.space)
+        if recipe.init.supernet:
+            start = adapt_supernet(OFAMobileNetV3.load(recipe.init.supernet), recipe.space, recipe.seed)
+            net.load_state_dict(start.state_dict())
+        return net
 
     def _make_loaders(self) -> None:
         d, env, seed = self.recipe.data, self.env, self.recipe.seed
@@ -207,7 +217,8 @@ class Trainer:
         self.log(f"phase {p + 1}/{len(self.recipe.phases)} {phase.name!r}: kernels {list(phase.kernels)}, "
                  f"expands {list(phase.expands)}, depths {list(phase.depths)}, resolutions "
                  f"{list(phase.resolutions)}, {phase.subnets_per_step} subnet(s)/step, {phase.total_epochs} epochs, "
-                 f"lr {phase.lr * self.lr_scale:g}" + (", teacher: full network" if self.teacher else ""))
+                 f"lr {phase.lr * self.lr_scale:g}"
+                 + (f", teacher: {'init supernet' if tp == -1 else 'full network'}" if self.teacher else ""))
 
     # ------------------------------------------------------------------ training
     def _train_epoch(self, p: int, epoch: int) -> None:

@@ -20,6 +20,7 @@ from ofa.data import DataConfig, parse_data_config
 from ofa.errors import OFAError, SpaceError
 from ofa.io import read_yaml
 from ofa.space import SearchSpace
+from ofa.transfer import derive_space, read_supernet_space
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,9 @@ class ScheduleConfig:
 @dataclass(frozen=True)
 class DistillConfig:
     # none; full: a frozen copy of the network at the end of `teacher_phase` (default: the
-    # first phase) teaches every later phase; inplace: each step's largest subnet teaches the others.
-    teacher: Literal["none", "full", "inplace"] = "none"
+    # first phase) teaches every later phase; inplace: each step's largest subnet teaches the others;
+    # init: the init.supernet as loaded (its full network) teaches every phase.
+    teacher: Literal["none", "full", "inplace", "init"] = "none"
     ratio: float = 1.0
     temperature: float = 1.0
     teacher_phase: str | None = None
@@ -79,6 +81,14 @@ class PhaseConfig:
 
     def smallest(self, resolution: int, space: SearchSpace) -> Arch:
         return space.uniform_arch(resolution, min(self.kernels), min(self.expands), min(self.depths))
+
+
+@dataclass(frozen=True)
+class InitConfig:
+    # Start from this supernet file (`ofa import`, `ofa train` or a training checkpoint) instead of
+    # random weights. Its space is the recipe's; a `space` section may then only change
+    # num_classes (fresh classifier), in_channels (stem's RGB weights folded), resolutions, dropout.
+    supernet: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,7 @@ class Recipe:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     noise_scale: NoiseScaleConfig = field(default_factory=NoiseScaleConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    init: InitConfig = field(default_factory=InitConfig)
     source: str = field(default="recipe", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,6 +156,8 @@ class Recipe:
     @property
     def teacher_phase_index(self) -> int | None:
         """Index of the phase whose final weights become the frozen teacher (distill.teacher: full)."""
+        if self.distill.teacher == "init":
+            return -1  # before the first phase: the supernet as loaded
         if self.distill.teacher != "full":
             return None
         return self.phase_index(self.distill.teacher_phase) if self.distill.teacher_phase else 0
@@ -172,10 +185,11 @@ def _validate(raw: Mapping[str, Any], source: str) -> Recipe:
     for key in raw:
         if key not in allowed:
             raise ConfigError(f"{key}: unknown key (allowed: {', '.join(allowed)})")
+    init = parse_section(InitConfig, raw.get("init"), "init")
     for key in ("space", "phases"):
-        if key not in raw:
+        if key not in raw and not (key == "space" and init.supernet):
             raise ConfigError(f"{key}: missing (required)")
-    space = SearchSpace.from_dict(raw["space"], "space")
+    space = _init_space(init, raw, source) if init.supernet else SearchSpace.from_dict(raw["space"], "space")
     data = parse_data_config(raw.get("data"), "data")
     if not isinstance(raw["phases"], list) or not raw["phases"]:
         raise ConfigError("phases: expected a non-empty list of phases")
@@ -186,6 +200,18 @@ def _validate(raw: Mapping[str, Any], source: str) -> Recipe:
     recipe = Recipe(space=space, phases=phases, data=data, source=source, **kwargs)
     _check_consistency(recipe)
     return recipe
+
+
+def _init_space(init: InitConfig, raw: Mapping[str, Any], source: str) -> SearchSpace:
+    """The init supernet's space, with the recipe's allowed changes; a re-headed one cannot teach."""
+    base = read_supernet_space(init.supernet)
+    space = derive_space(base, raw.get("space"))
+    distill = raw.get("distill")
+    if isinstance(distill, Mapping) and distill.get("teacher") == "init" and space.num_classes != base.num_classes:
+        raise ConfigError(f"distill.teacher: init: {init.supernet} is re-headed ({base.num_classes} -> "
+                          f"{space.num_classes} classes), so it cannot teach until the whole supernet is fine-tuned "
+                          "(use teacher: full after a first full-network phase)")
+    return space
 
 
 def _phase(space: SearchSpace, raw: Any, where: str) -> PhaseConfig:
@@ -256,6 +282,8 @@ def _check_consistency(r: Recipe) -> None:
                               f"({', '.join(names)})")
         if r.distill.teacher != "full":
             raise ConfigError("distill.teacher_phase: only used with distill.teacher: full")
+    if r.distill.teacher == "init" and not r.init.supernet:
+        raise ConfigError("distill.teacher: init needs init.supernet (the supernet the run starts from)")
     if r.distill.teacher == "inplace":
         for i, p in enumerate(r.phases):
             multiple = p.largest(p.resolutions[0], r.space) != p.smallest(p.resolutions[0], r.space)

@@ -1,0 +1,79 @@
+"""From an official OFA checkpoint to a verified ONNX model for the user's data and device.
+
+import (re-headed for digits: 1 channel, 10 classes) → short fine-tune of the whole supernet →
+latency table → predictor → search → export with ONNX parity. Small on purpose: one resolution
+(48 px), few subnets for the predictor, a table measured with few rounds.
+
+The parity check stays the export's own (1e-4 absolute), so the setup must give a network whose
+float32 rounding is ordinary: at 48 px the last stage still sees 2x2 pixels (at 32 px it sees one,
+and BN recalibrated there finds channels of near-zero variance whose gain of ~1/sqrt(eps)
+amplifies rounding towards the limit), and three short epochs adapt the fresh classifier so that
+the random parity inputs no longer give outsized logits.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import yaml
+
+from ofa.cli import main
+from ofa.deploy.convert import read_metadata
+from ofa.deploy.lut_build import TableBuildConfig, build_table
+from ofa.deploy.timing import Protocol
+from ofa.pipeline import Pipeline, PipelineConfig
+from ofa.supernet import OFAMobileNetV3
+from ofa.train import load_recipe
+from search.latency import LatencyTable
+
+CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "ofa_mbv3_w0.5_c10_random.pth"
+FAST = Protocol(warmup=1, rounds=3, prime=1, calls=1, keep=0.5, trim=0.0)
+
+
+def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys):
+    imported = tmp_path / "imported.pt"
+    assert main(["import", str(CHECKPOINT), "--out", str(imported), "--num-classes", "10", "--in-channels", "1"]) == 0
+    recipe = tmp_path / "digits_from_official.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "init": {"supernet": str(imported)},
+        "space": {"resolutions": [48]},
+        "data": {"name": "digits", "image_size": 48, "batch_size": 64, "eval_batch_size": 256,
+                 "test_fraction": 0.5, "val_fraction": 0.3},
+        "phases": [{"name": "finetune", "epochs": 3, "lr": 0.02}],
+        "eval": {"calib_batches": 1, "subnets": "minmax"},
+    }))
+    space = load_recipe(recipe).space
+    assert (space.in_channels, space.num_classes, space.feature_channels) == (1, 10, 640)
+    table = tmp_path / "table.yaml"
+    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=2, progress=False))
+    # A budget near the smallest subnet keeps the export (and the search's answer) quick.
+    budget = 1.1 * LatencyTable.load(table).for_space(space).predict(space.min_arch(48))
+    out = tmp_path / "run"
+    lines: list[str] = []
+    summary = Pipeline(PipelineConfig(recipe=recipe, out=out, subnets=10, calib_batches=1, lut=table,
+                                      targets_ms=(float(f"{budget:.4g}"),)), log=lines.append).run()
+
+    tuned = OFAMobileNetV3.load(out / "supernet.pt")
+    assert tuned.space == space and "fresh_classifier" not in tuned.meta  # the whole supernet was fine-tuned
+    (row,) = summary.rows
+    result = json.loads(Path(row["onnx"]).with_suffix(".export.json").read_text())
+    assert result["parity"]["max_abs_diff"] <= 1e-4 and result["parity"]["top1_agreement"] == 1.0
+    assert result["bn_batches"] > 0  # recalibrated on the digits the supernet was fine-tuned on
+    assert 0 <= row["test_top1"] <= 100 and row["measured_ms"] > 0
+    meta = read_metadata(onnx.load(row["onnx"]))
+    assert meta["arch"].resolution == 48 and len(meta["mean"]) == 1
+
+
+def test_export_of_an_imported_subnet_carries_official_preprocessing_and_warns(tmp_path, capsys):
+    imported = tmp_path / "imported.pt"
+    assert main(["import", str(CHECKPOINT), "--out", str(imported)]) == 0
+    arch = OFAMobileNetV3.load(imported).space.min_arch(128).save(tmp_path / "arch.json")
+    onnx_path = tmp_path / "small.onnx"
+    assert main(["export", "--supernet", str(imported), "--arch", str(arch), "--out", str(onnx_path),
+                 "--no-latency"]) == 0
+    assert "accuracy WILL SUFFER" in capsys.readouterr().err
+    meta = read_metadata(onnx.load(onnx_path))
+    assert meta["mean"] == [0.485, 0.456, 0.406] and meta["std"] == [0.229, 0.224, 0.225]
+    assert meta["preprocess"] == {"interpolation": "bilinear", "crop_pct": 0.875}
