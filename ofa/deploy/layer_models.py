@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import torch
 from onnx import TensorProto, helper
 from torch import nn
 
 from ofa.arch import Arch
 from ofa.deploy.convert import DEFAULT_OPSET
-from ofa.deploy.runtimes import OrtRunner, Runner, backend_device, make_runner
+from ofa.deploy.runtimes import Runner, make_runner
 from ofa.layers import LayerSpec
 from ofa.space import SearchSpace
 from ofa.subnet import build_subnet
@@ -92,9 +93,16 @@ def empty_onnx(batch: int = 1) -> bytes:
     return model.SerializeToString()
 
 
-def empty_runner(backend: str, batch: int, threads: int) -> OrtRunner:
-    """The empty model on an onnxruntime ``backend``: the per-call overhead of a session."""
-    return OrtRunner(empty_onnx(batch), (batch, 1), threads, backend_device(backend))
+class EmptyModel(nn.Module):
+    """The empty model for runtimes that convert torch modules (ExecuTorch): one trivial op, as Identity."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 0.0
+
+
+def empty_runner(backend: str, batch: int, threads: int) -> Runner:
+    """The empty model on ``backend`` (onnxruntime, OpenVINO, ExecuTorch): the per-call overhead of the runtime."""
+    return make_runner(backend, EmptyModel(), (batch, 1), threads, onnx_model=empty_onnx(batch))
 
 
 def subnet_runners(space: SearchSpace, archs: Iterable[Arch], backend: str, batch: int,

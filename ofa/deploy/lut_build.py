@@ -204,7 +204,7 @@ def _new_meta(space: SearchSpace, cfg: TableBuildConfig) -> dict[str, Any]:
         "backend": cfg.backend,
         "runtime": info["runtime"],
         "runtime_version": info["runtime_version"],
-        "onnx_opset": DEFAULT_OPSET if cfg.backend.startswith("ort") else None,
+        "onnx_opset": DEFAULT_OPSET if cfg.backend.startswith(("ort", "openvino")) else None,
         "threads": cfg.threads,
         "batch": cfg.batch,
         "dtype": "float32",
@@ -258,7 +258,7 @@ def _measure_resolution(space: SearchSpace, r: int, modules: LayerModules, meta:
     probe_runners = {f"<probe>{k}": v
                      for k, v in subnet_runners(space, probes, cfg.backend, cfg.batch, cfg.threads).items()}
     extra = {}
-    if meta["overhead_ms"] is None and cfg.backend.startswith("ort"):
+    if meta["overhead_ms"] is None and not cfg.backend.startswith("torch"):
         extra["<empty>"] = empty_runner(cfg.backend, cfg.batch, cfg.threads)
     models = {**layers, **extra, **subnets, **probe_runners}
     stats = _time_quietly(models, list(probe_runners) or list(subnets) or list(models), r, meta, cfg)

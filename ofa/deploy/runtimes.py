@@ -19,16 +19,19 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
+from ofa.deploy import formats
 from ofa.deploy.convert import export_onnx
 from ofa.errors import OFAError
 
-BACKENDS = ("ort-cpu", "torch-cpu", "ort-cuda", "torch-cuda")
+BACKENDS = ("ort-cpu", "torch-cpu", "ort-cuda", "torch-cuda", "openvino-cpu", "executorch-xnnpack")
 
 
 def check_backend(backend: str) -> None:
     """Refuse an unknown backend, or a CUDA one on a machine without a GPU, with one clear line."""
     if backend not in BACKENDS:
         raise OFAError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    if backend in formats.BACKEND_FORMAT:
+        formats.require(formats.BACKEND_FORMAT[backend])
     if backend.endswith("cuda"):
         if not torch.cuda.is_available():
             raise OFAError(f"backend {backend!r} needs a CUDA GPU, and none is visible here")
@@ -44,6 +47,9 @@ def runtime_info(backend: str) -> dict[str, str]:
     """Runtime name and version, and the processor, for a table's meta."""
     if backend.startswith("ort"):
         runtime, version = "onnxruntime", ort.__version__
+    elif backend in formats.BACKEND_FORMAT:
+        fmt = formats.BACKEND_FORMAT[backend]
+        runtime, version = formats.RUNTIME[fmt], formats.runtime_version(fmt)
     else:
         runtime, version = "torch", str(torch.__version__)
     cpu = platform.processor() or platform.machine()
@@ -154,6 +160,19 @@ class TorchRunner(Runner):
             return _timed_calls(lambda: self.module(self.x), calls)
 
 
+class CallRunner(Runner):
+    """A model another runtime loaded (`ofa.deploy.formats`: OpenVINO, ExecuTorch), called on one fixed input."""
+
+    def __init__(self, infer: Callable[[np.ndarray], np.ndarray], input_shape: Sequence[int], threads: int) -> None:
+        x = np.random.default_rng(0).standard_normal(tuple(input_shape)).astype(np.float32)
+        self.threads = threads
+        self.call = lambda: infer(x)
+        self.call()
+
+    def times(self, calls: int) -> tuple[np.ndarray, np.ndarray]:
+        return _timed_calls(self.call, calls)
+
+
 def session_options(threads: int) -> ort.SessionOptions:
     """The session settings every timing uses: ``threads`` intra-op threads, sequential, all optimizations."""
     opts = ort.SessionOptions()
@@ -167,8 +186,13 @@ def session_options(threads: int) -> ort.SessionOptions:
 
 def make_runner(backend: str, module: nn.Module | None, shape: Sequence[int], threads: int,
                 onnx_model: bytes | Path | None = None) -> Runner:
-    """A runner for ``module`` on ``backend``; ONNX backends export it unless ``onnx_model`` is given."""
+    """A runner for ``module`` on ``backend``; ONNX backends (and OpenVINO, which reads ONNX) export it unless
+    ``onnx_model`` is given; ExecuTorch converts the module."""
     device = backend_device(backend)
+    if backend in formats.BACKEND_FORMAT:
+        fmt = formats.BACKEND_FORMAT[backend]
+        model = formats.convert(fmt, module, shape, onnx_model)
+        return CallRunner(formats.load_infer(fmt, model, threads), shape, threads)
     if backend.startswith("ort"):
         if onnx_model is None and module is None:
             raise OFAError("an onnxruntime runner needs a module to export or an ONNX model")
