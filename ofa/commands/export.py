@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--opset", type=int, default=17, metavar="K", help="ONNX opset, 13..20 (default 17)")
     p.add_argument("--lut", metavar="TABLE", help="latency table: measure with its protocol, print its prediction "
                                                   "(default: the arch JSON's `lut` field when that file exists)")
+    p.add_argument("--format", action="append", default=[], choices=("onnx", "openvino", "executorch"),
+                   help="formats to write, repeatable: onnx (always written), openvino (model.xml/.bin, OpenVINO "
+                        "CPU), executorch (model.pte, XNNPACK); each is checked and timed on its own runtime")
     p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     p.add_argument("--seed", type=int, default=0, help="seed of calibration order and random parity inputs")
     p.set_defaults(func=run)
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = ExportConfig(out=Path(args.out), calib_batches=args.calib_batches, batch_size=args.batch_size,
                        int8=args.int8, dynamic_batch=args.dynamic_batch, opset=args.opset,
-                       latency=not args.no_latency, seed=args.seed, progress=True)
+                       latency=not args.no_latency, seed=args.seed, progress=True, formats=tuple(args.format))
     r = export_file(Path(args.supernet) if args.supernet else None, Path(args.arch) if args.arch else None, cfg,
                     Path(args.lut) if args.lut else None, Path(args.subnet) if args.subnet else None)
     _print_result(r)
@@ -76,6 +79,11 @@ def _print_result(r: Any) -> None:
             line += f"; table predicts {r.predicted_latency_ms:.3g} ms"
             line += f" ({100 * (lat.mean_ms / r.predicted_latency_ms - 1):+.1f}%)" if r.predicted_latency_ms else ""
         print(line)
+    for f in r.formats:
+        top1 = f", top-1 {f.top1:.2f}% (the ONNX model's predictions on every test image)" if f.top1 is not None else ""
+        lat = f", latency {_ms(f.latency)} ({f.latency.source})" if f.latency is not None else ""
+        print(f"  {f.format} on {f.runtime}: max |logit diff| {f.parity.max_abs_diff:.2e}, top-1 identical{top1}{lat}"
+              f" -> {', '.join(f.files)}")
     if r.folder is not None and r.folder != r.onnx_path.parent:
         written = [r.onnx_path, *([r.int8_path] if r.int8_path else []), r.subnet_path, r.card_path, r.summary_path]
         print("  wrote " + ", ".join(str(w) for w in written))

@@ -19,6 +19,7 @@ import itertools
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,21 @@ from ofa.arch import Arch
 from ofa.bn import recalibrate_bn
 from ofa.data import data_from_meta, make_loader
 from ofa.deploy.convert import DEFAULT_OPSET, build_metadata, check_onnx, check_opset, set_metadata, to_onnx
+from ofa.deploy.export_formats import (
+    Converted,
+    FormatChecks,
+    convert_and_check,
+    format_files,
+    format_targets,
+    stage_format,
+)
+from ofa.deploy.formats import check_format, require
 from ofa.deploy.model_card import render_model_card
 from ofa.deploy.model_folder import FOLDER_CARD, FOLDER_ONNX, FolderContent, folder_layout, write_model_folder
 from ofa.deploy.quantize import quantize_int8
 from ofa.deploy.result import ExportResult, Preprocessing
 from ofa.deploy.runtimes import OrtModel
-from ofa.deploy.timing import measure_latencies
+from ofa.deploy.timing import Standalone, measure_latencies, protocol_from_dict
 from ofa.deploy.verify import PARITY_ATOL, Parity, ParityError, check_parity, eval_split, onnx_accuracy, resized_batches
 from ofa.errors import OFAError, SpaceError
 from ofa.io import file_sha256, write_json, write_text
@@ -74,6 +84,7 @@ class ExportConfig:
     progress: bool = False
     checkpoint: Path | None = None
     arch_source: str = "arch"
+    formats: tuple[str, ...] = ()  # more formats besides ONNX (always written): openvino, executorch
 
     @property
     def onnx_path(self) -> Path:
@@ -88,6 +99,13 @@ class ExportConfig:
             raise OFAError("--calib-batches must be >= 0 and --batch-size >= 1")
         if self.int8 and self.calib_batches == 0:
             raise OFAError("--int8 needs calibration images: --calib-batches must be > 0")
+        try:
+            chosen = tuple(dict.fromkeys(check_format(f) for f in self.formats if f != "onnx"))
+        except OFAError as exc:
+            raise OFAError(f"--format: {exc}") from None
+        for fmt in chosen:
+            require(fmt)
+        object.__setattr__(self, "formats", chosen)
 
 
 # --------------------------------------------------------------------------- checks of the inputs
@@ -199,7 +217,8 @@ def _export_static(subject: StaticSubnet, cfg: ExportConfig, data: Any, table: L
     proto = to_onnx(model, space.in_channels, arch.resolution, cfg.opset, None if cfg.dynamic_batch else table_batch)
     check_onnx(proto)
     runner = OrtModel(proto)
-    parity = _parity(model, runner, arch, space, cfg, split)
+    inputs = _parity_inputs(arch, space, cfg, split)
+    parity = _parity(model, runner, inputs, cfg)
     result = _new_result(subject, cfg, parity, table)
     fp32_preds = _accuracy(result, runner, split, cfg)
     int8_proto, calibration_images = _int8(result, proto, runner, cfg, data, split, fp32_preds)
@@ -211,8 +230,22 @@ def _export_static(subject: StaticSubnet, cfg: ExportConfig, data: Any, table: L
         result.extra["latency"] = {name: asdict(lat) for name, lat in measured.items()}
     prep = Preprocessing.of(subject.meta, data, space.num_classes)
     _add_metadata(result, proto, int8_proto, space, prep, calibration_images)
-    _write_all(result, proto, int8_proto, model, space, prep)
+    checks = FormatChecks(model, proto, (table_batch, space.in_channels, arch.resolution, arch.resolution), *inputs,
+                          test=_loader(split, cfg.batch_size, False, cfg.seed) if split is not None else None,
+                          onnx_preds=fp32_preds, protocol=_table_protocol(table) if cfg.latency else None,
+                          threads=int(table.meta.get("threads", 1)) if table is not None else 1, progress=cfg.progress)
+    converted = [convert_and_check(fmt, checks, str(cfg.out)) for fmt in cfg.formats]
+    result.formats = [replace(c.result, files=[str(f) for f in format_files(c.format, result.folder, result.onnx_path)])
+                      for c in converted]
+    _write_all(result, proto, int8_proto, model, space, prep, converted)
     return result
+
+
+def _table_protocol(table: LatencyTable | None) -> Standalone:
+    """The table's protocol where it was built standalone, else the default: the other formats are timed so."""
+    stored = table.meta.get("protocol") if table is not None else None
+    protocol = protocol_from_dict(stored, "table meta.protocol") if stored is not None else None
+    return protocol if isinstance(protocol, Standalone) else Standalone()
 
 
 def _loader(dataset: Dataset, batch_size: int, shuffle: bool, seed: int) -> DataLoader:
@@ -232,16 +265,20 @@ def _static_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any
     return model, bn_batches
 
 
-def _parity(model: nn.Module, runner: OrtModel, arch: Arch, space: SearchSpace, cfg: ExportConfig,
-            split: Dataset | None) -> Parity:
-    """Parity on test images and seeded random inputs; `ParityError` if onnxruntime and PyTorch disagree."""
+def _parity_inputs(arch: Arch, space: SearchSpace, cfg: ExportConfig,
+                   split: Dataset | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(test images, seeded random inputs) every runtime's parity check runs on."""
     shape = (space.in_channels, arch.resolution, arch.resolution)
     real = torch.zeros(0, *shape)
     if split is not None and cfg.parity_images > 0:
         batches = resized_batches(_loader(split, cfg.batch_size, False, cfg.seed), arch.resolution, cfg.parity_images)
         real = torch.cat([x for x, _ in batches])
-    noise = torch.randn(cfg.parity_random, *shape, generator=torch.Generator().manual_seed(cfg.seed))
-    parity = check_parity(model, runner, real, noise, progress=cfg.progress)
+    return real, torch.randn(cfg.parity_random, *shape, generator=torch.Generator().manual_seed(cfg.seed))
+
+
+def _parity(model: nn.Module, runner: OrtModel, inputs: tuple[torch.Tensor, torch.Tensor], cfg: ExportConfig) -> Parity:
+    """Parity on test images and seeded random inputs; `ParityError` if onnxruntime and PyTorch disagree."""
+    parity = check_parity(model, runner, *inputs, progress=cfg.progress)
     if not parity.ok:
         raise ParityError(
             f"{cfg.out}: onnxruntime does not match PyTorch: max |logit diff| {parity.max_abs_diff:.3g} "
@@ -332,10 +369,10 @@ def _add_metadata(result: ExportResult, proto: onnx.ModelProto, int8_proto: onnx
 
 
 def _write_all(result: ExportResult, proto: onnx.ModelProto, int8_proto: onnx.ModelProto | None, model: nn.Module,
-               space: SearchSpace, prep: Preprocessing) -> None:
+               space: SearchSpace, prep: Preprocessing, converted: Sequence[Converted] = ()) -> None:
     """Write every file into a temp folder beside the output, then rename them all into place.
 
-    The model folder always; with ``--out MODEL.onnx`` also today's files beside it.
+    The model folder always; with ``--out MODEL.onnx`` also today's files beside it; the other formats in both.
     """
     subnet_meta = {"mean": prep.mean, "std": prep.std, "class_names": prep.class_names,
                    "supernet_sha256": result.supernet_sha256, "bn_recalibration_batches": result.bn_batches,
@@ -359,6 +396,8 @@ def _write_all(result: ExportResult, proto: onnx.ModelProto, int8_proto: onnx.Mo
             write_text(stage(result.card_path), render_model_card(result, space, prep))
             write_json(stage(result.summary_path), result.to_dict())
         write_model_folder(FolderContent(result, model, space, prep, proto, int8_proto), folder, stage)
+        for c in converted:
+            stage_format(c, format_targets(c.format, folder, out), stage)
         for src, dst in staged:
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)

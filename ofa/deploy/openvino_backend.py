@@ -56,7 +56,7 @@ def read_metadata(path: str | Path) -> dict[str, str]:
     model = _openvino().Core().read_model(str(path))
     if not model.has_rt_info([RT_INFO_KEY]):
         return {}
-    return {key: str(value) for key, value in model.get_rt_info()[RT_INFO_KEY].astype(dict).items()}
+    return {key: value.astype(str) for key, value in model.get_rt_info()[RT_INFO_KEY].items()}
 
 
 def compile_infer(model: Any, threads: int) -> Callable[[np.ndarray], np.ndarray]:

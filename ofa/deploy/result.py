@@ -44,6 +44,18 @@ class Preprocessing:
                    str(dataset) if dataset else None, resize)
 
 
+@dataclass(frozen=True)
+class FormatExport:
+    """One more format of an export (OpenVINO, ExecuTorch), checked on its own runtime."""
+
+    format: str
+    runtime: str  # runtime and version that ran the checks
+    files: list[str]  # in the model folder (and beside MODEL.onnx with --out MODEL.onnx)
+    parity: Parity  # against the static PyTorch model, on the inputs the ONNX model was checked on
+    top1: float | None = None  # on the test split: its predictions are those of the ONNX model, image for image
+    latency: Latency | None = None  # standalone, on this runtime
+
+
 @dataclass
 class ExportResult:
     """What `export_subnet` wrote and measured; ``to_dict`` is the ``<name>.export.json`` summary."""
@@ -73,6 +85,7 @@ class ExportResult:
     supernet_sha256: str | None = None
     finetuned_sha256: str | None = None  # the fine-tuned subnet file exported (--subnet); None: extracted here
     space_fingerprint: str = ""
+    formats: list[FormatExport] = field(default_factory=list)  # OpenVINO / ExecuTorch files beside the ONNX model
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

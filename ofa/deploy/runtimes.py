@@ -30,8 +30,8 @@ def check_backend(backend: str) -> None:
     """Refuse an unknown backend, or a CUDA one on a machine without a GPU, with one clear line."""
     if backend not in BACKENDS:
         raise OFAError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
-    if backend in formats.BACKEND_FORMAT:
-        formats.require(formats.BACKEND_FORMAT[backend])
+    if backend in formats.EDGE_FORMAT:
+        formats.require(formats.EDGE_FORMAT[backend])
     if backend.endswith("cuda"):
         if not torch.cuda.is_available():
             raise OFAError(f"backend {backend!r} needs a CUDA GPU, and none is visible here")
@@ -47,8 +47,8 @@ def runtime_info(backend: str) -> dict[str, str]:
     """Runtime name and version, and the processor, for a table's meta."""
     if backend.startswith("ort"):
         runtime, version = "onnxruntime", ort.__version__
-    elif backend in formats.BACKEND_FORMAT:
-        fmt = formats.BACKEND_FORMAT[backend]
+    elif backend in formats.EDGE_FORMAT:
+        fmt = formats.EDGE_FORMAT[backend]
         runtime, version = formats.RUNTIME[fmt], formats.runtime_version(fmt)
     else:
         runtime, version = "torch", str(torch.__version__)
@@ -189,8 +189,8 @@ def make_runner(backend: str, module: nn.Module | None, shape: Sequence[int], th
     """A runner for ``module`` on ``backend``; ONNX backends (and OpenVINO, which reads ONNX) export it unless
     ``onnx_model`` is given; ExecuTorch converts the module."""
     device = backend_device(backend)
-    if backend in formats.BACKEND_FORMAT:
-        fmt = formats.BACKEND_FORMAT[backend]
+    if backend in formats.EDGE_FORMAT:
+        fmt = formats.EDGE_FORMAT[backend]
         model = formats.convert(fmt, module, shape, onnx_model)
         return CallRunner(formats.load_infer(fmt, model, threads), shape, threads)
     if backend.startswith("ort"):

@@ -1,0 +1,119 @@
+"""OpenVINO and ExecuTorch: backends for tables, and export formats checked on their own runtimes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import perturb, tiny_space
+from test_export import fake_data
+
+from ofa import OFAMobileNetV3
+from ofa.cli import main
+from ofa.deploy import formats
+from ofa.deploy.convert import read_metadata
+from ofa.deploy.export import ExportConfig, export_subnet
+from ofa.deploy.layer_models import LayerModules, empty_runner, input_shape
+from ofa.deploy.runtimes import OrtModel, check_backend, make_runner
+from ofa.deploy.timing import Standalone, time_models
+from ofa.deploy.verify import PARITY_ATOL, ParityError
+from ofa.encoding import sample_arch
+from ofa.errors import OFAError
+
+pytest.importorskip("openvino")
+pytest.importorskip("executorch")
+
+EDGE = ("openvino-cpu", "executorch-xnnpack")
+
+
+@pytest.fixture(scope="module")
+def net() -> OFAMobileNetV3:
+    return perturb(OFAMobileNetV3(tiny_space()), seed=5).eval()
+
+
+@pytest.fixture(scope="module")
+def exported(net, tmp_path_factory):
+    """One export to MODEL.onnx with both formats, latency measured (briefly) on every runtime."""
+    out = tmp_path_factory.mktemp("edge") / "model.onnx"
+    arch = sample_arch(net.space, 3, resolutions=[16])
+    cfg = ExportConfig(out, calib_batches=2, batch_size=32, formats=("openvino", "executorch", "onnx"))
+    return export_subnet(net, arch, cfg, data=fake_data(net.space)), out
+
+
+@pytest.mark.parametrize("backend", EDGE)
+def test_edge_backends_time_a_layer_and_the_empty_model(net, backend):
+    modules = LayerModules(net.space)
+    key, (spec, module) = next(iter(modules.for_resolution(16).items()))
+    runners = {key: make_runner(backend, module, input_shape(spec, 1), 1), "<empty>": empty_runner(backend, 1, 1)}
+    stats = time_models(runners, Standalone(warmup=1, calls=5, blocks=3))
+    assert all(s["mean_ms"] > 0 and s["count"] >= 1 for s in stats.values())
+
+
+def test_export_writes_each_format_beside_onnx_and_in_the_folder(exported):
+    r, out = exported
+    assert [f.format for f in r.formats] == ["openvino", "executorch"]
+    folder = out.with_suffix("")
+    ov, et = r.formats
+    assert ov.files == [str(folder / "model.xml"), str(folder / "model.bin"), str(out.with_suffix(".xml")),
+                        str(out.with_suffix(".bin"))]
+    assert et.files == [str(folder / "model.pte"), str(out.with_suffix(".pte"))]
+    for f in r.formats:
+        assert all(Path(p).is_file() for p in f.files)
+        assert f.parity.ok and f.parity.max_abs_diff <= PARITY_ATOL and f.parity.real_inputs == 64
+        assert f.top1 == r.top1_fp32  # the very predictions of the ONNX model, image for image
+        assert f.latency is not None and f.latency.mean_ms > 0
+        assert formats.FORMAT_BACKEND[f.format] in f.latency.source
+    # the same metadata as the ONNX file, read back from each file
+    onnx_props = {p.key: p.value for p in onnx.load(out).metadata_props}
+    assert formats.read_metadata("openvino", out.with_suffix(".xml")) == onnx_props
+    assert formats.read_metadata("executorch", folder / "model.pte") == onnx_props
+    assert read_metadata(out)["arch"] == r.arch
+    summary = json.loads(out.with_suffix(".export.json").read_text())
+    assert [f["format"] for f in summary["formats"]] == ["openvino", "executorch"]
+
+
+@pytest.mark.parametrize("fmt", ["openvino", "executorch"])
+def test_written_files_run_on_their_runtime_like_onnx(exported, fmt):
+    _, out = exported
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    want = OrtModel(out)(x)
+    got = formats.load_infer(fmt, out.with_suffix(formats.SUFFIX[fmt]), 1)(x)
+    assert np.abs(got - want).max() <= PARITY_ATOL
+
+
+@pytest.mark.parametrize("fmt", ["openvino", "executorch"])
+def test_one_corrupted_output_fails_the_export_and_writes_nothing(net, tmp_path, monkeypatch, fmt):
+    real_load = formats.load_infer
+
+    def corrupted(name, model, threads):  # a runtime bug: one logit off by 1e-3, ten times the tolerance
+        infer = real_load(name, model, threads)
+        if name != fmt:
+            return infer
+
+        def off(x):
+            y = np.array(infer(x))
+            y[:, 0] += 1e-3
+            return y
+        return off
+
+    monkeypatch.setattr(formats, "load_infer", corrupted)
+    arch = sample_arch(net.space, 4, resolutions=[12])
+    with pytest.raises(ParityError, match=f"\\({fmt}\\) does not match PyTorch.*nothing written"):
+        export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx", calib_batches=0, latency=False,
+                                              formats=(fmt,)))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_runtime_is_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino now raises ImportError
+    with pytest.raises(OFAError, match=r"ofa-toolkit\[openvino\]"):
+        check_backend("openvino-cpu")
+    with pytest.raises(OFAError, match=r"--format: unknown format 'tflite'"):
+        ExportConfig(tmp_path / "m.onnx", formats=("tflite",))
+    rc = main(["lut", "build", "--space", "mbv3", "--out", str(tmp_path / "t.yaml"), "--backend", "openvino-cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "pip install 'ofa-toolkit[openvino]'" in err[0]
