@@ -10,13 +10,14 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     lut = subparsers.add_parser("lut", help="build or check a per-device latency lookup table")
-    verbs = lut.add_subparsers(dest="lut_command", metavar="{build,check}", parser_class=type(lut))
+    verbs = lut.add_subparsers(dest="lut_command", metavar="{build,check,pack,import}", parser_class=type(lut))
     lut.set_defaults(func=lambda args: (lut.print_help(), 2)[1])
 
     build = verbs.add_parser("build", help="measure every layer config of a space on this device")
     build.add_argument("--space", required=True, help="mbv3, a recipe or space YAML, or a checkpoint")
     build.add_argument("--out", required=True, type=Path, help="table to write (resumed if it exists)")
-    build.add_argument("--backend", default="ort-cpu", help="ort-cpu (default), torch-cpu, ort-cuda, torch-cuda")
+    build.add_argument("--backend", default="ort-cpu", help="ort-cpu (default), torch-cpu, ort-cuda, torch-cuda, "
+                                                            "openvino-cpu, executorch-xnnpack")
     build.add_argument("--resolutions", type=int, nargs="+", help="resolutions to measure (default: the space's)")
     build.add_argument("--threads", type=int, default=1)
     build.add_argument("--batch", type=int, default=1)
@@ -36,8 +37,18 @@ def register(subparsers: Any) -> None:
                        help="whole subnets per resolution for the correction (0: none; default 10)")
     build.add_argument("--device", help="device name stored in meta (default: host name)")
     build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--runner", metavar="'COMMAND {model} ...'",
+                       help="time each model by running this command (e.g. benchmark_app, adb shell ...) instead of "
+                            "in this process; {model}: the packed model's path, {file}: its path in the pack")
+    build.add_argument("--runner-regex", metavar="REGEX", help="reads the time from the runner's output: group ms, us, "
+                                                               "s or fps (else the first group, in ms)")
+    build.add_argument("--pack", type=Path, metavar="DIR",
+                       help="with --runner: where the models are packed (default: OUT without suffix + .pack; "
+                            "reused when it exists)")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=run_build)
+
+    _add_pack_and_import(verbs)
 
     check = verbs.add_parser("check", help="compare a table's predictions with measured whole subnets")
     check.add_argument("table", type=Path)
@@ -58,7 +69,32 @@ def register(subparsers: Any) -> None:
     check.set_defaults(func=run_check)
 
 
+def _add_pack_and_import(verbs: Any) -> None:
+    """``ofa lut pack`` and ``ofa lut import``: tables for devices without Python."""
+    pack = verbs.add_parser("pack", help="write every model a table needs, to time them on a device without Python")
+    pack.add_argument("--backend", required=True, metavar="FORMAT", help="onnx, openvino or executorch (or a "
+                                                                         "backend: ort-cpu, openvino-cpu, ...)")
+    pack.add_argument("--space", required=True, help="mbv3, a recipe or space YAML, or a checkpoint")
+    pack.add_argument("--out", required=True, type=Path, help="new folder for the models, manifest.yaml, README.md")
+    pack.add_argument("--resolutions", type=int, nargs="+", help="resolutions (default: the space's)")
+    pack.add_argument("--batch", type=int, default=1)
+    pack.add_argument("--calibrate", type=int, default=10, help="calibration subnets per resolution (default 10)")
+    pack.add_argument("--seed", type=int, default=0)
+    pack.add_argument("--quiet", action="store_true", help="no progress bars")
+    pack.set_defaults(func=run_pack)
+
+    imp = verbs.add_parser("import", help="a table from a pack's timings collected on a device (CSV)")
+    imp.add_argument("pack", type=Path, help="folder written by `ofa lut pack`")
+    imp.add_argument("--timings", required=True, type=Path, help="CSV: key,median_ms (optional samples, std_ms)")
+    imp.add_argument("--out", required=True, type=Path, help="table to write")
+    imp.add_argument("--device", default="unknown", help="device name stored in meta")
+    imp.add_argument("--threads", type=int, default=1, help="threads the models ran with, stored in meta")
+    imp.set_defaults(func=run_import)
+
+
 def run_build(args: argparse.Namespace) -> int:
+    if args.runner or args.runner_regex:
+        return run_build_with_runner(args)
     from ofa.deploy.lut_build import TableBuildConfig, build_table_file
     from ofa.deploy.timing import PROTOCOLS, with_overrides
 
@@ -104,4 +140,41 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"wrote {report.rows_path}, {report.summary_path}, {report.plot_path}")
     if args.json:
         print(json.dumps(report.summary))
+    return 0
+
+
+def run_build_with_runner(args: argparse.Namespace) -> int:
+    from ofa.deploy.external_runner import CommandRunner
+    from ofa.deploy.lut_pack import PackConfig
+    from ofa.deploy.lut_runner import RunnerBuildConfig, build_with_runner_file
+    from ofa.errors import OFAError
+
+    if not (args.runner and args.runner_regex):
+        raise OFAError("--runner and --runner-regex go together: the command, and how to read the time it prints")
+    pack = PackConfig(out=args.pack or args.out.with_suffix(".pack"), format=args.backend,
+                      resolutions=tuple(args.resolutions) if args.resolutions else None, batch=args.batch,
+                      calibrate=args.calibrate, seed=args.seed, progress=not args.quiet)
+    cfg = RunnerBuildConfig(out=args.out, runner=CommandRunner(args.runner, args.runner_regex), pack=pack,
+                            blocks=args.repeats or 3, device=args.device or "unknown", threads=args.threads)
+    table = build_with_runner_file(args.space, cfg)
+    print(f"wrote {args.out}: {table.describe()} (models and timings.csv in {pack.out})")
+    return 0
+
+
+def run_pack(args: argparse.Namespace) -> int:
+    from ofa.deploy.lut_pack import PackConfig, pack_models
+    from search.latency import space_from_arg
+
+    cfg = PackConfig(out=args.out, format=args.backend, resolutions=tuple(args.resolutions) if args.resolutions
+                     else None, batch=args.batch, calibrate=args.calibrate, seed=args.seed, progress=not args.quiet)
+    manifest = pack_models(space_from_arg(args.space), cfg)
+    print(f"wrote {manifest} and the models in {args.out}; see {args.out / 'README.md'} to time them")
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from ofa.deploy.lut_pack import ImportConfig, import_timings_file
+
+    table = import_timings_file(args.pack, args.timings, ImportConfig(args.out, args.device, args.threads))
+    print(f"wrote {args.out}: {table.describe()}")
     return 0

@@ -273,7 +273,7 @@ def _measure_resolution(space: SearchSpace, r: int, modules: LayerModules, meta:
                         "count": int(s["count"])}
     if archs:
         measured = [stats[name]["mean_ms"] for name in subnets]
-        meta["correction"]["per_resolution"][r] = _correction(space, archs, entries, overhead, measured)
+        meta["correction"]["per_resolution"][r] = correction_record(space, archs, entries, overhead, measured)
 
 
 def _time_quietly(models: Mapping[str, Runner], judged: Sequence[str], r: int, meta: dict[str, Any],
@@ -299,7 +299,7 @@ def _time_quietly(models: Mapping[str, Runner], judged: Sequence[str], r: int, m
                    f"{f' (resolutions {kept} kept; rerun to resume)' if kept else ''}")
 
 
-def _correction(space: SearchSpace, archs: Sequence[Arch], entries: Mapping[str, Any], overhead: float,
+def correction_record(space: SearchSpace, archs: Sequence[Arch], entries: Mapping[str, Any], overhead: float,
                 measured: Sequence[float]) -> dict[str, Any]:
     """The affine fit of the calibration subnets' measured ms on their raw sums, as stored in meta."""
     raw = [overhead + sum(entries[layer.key]["mean_ms"] for layer in space.layers(a)) for a in archs]

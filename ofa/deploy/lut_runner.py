@@ -1,0 +1,79 @@
+"""``ofa lut build --runner``: a table timed by any command (a device's benchmark tool), not in this process.
+
+The models are packed (`ofa.deploy.lut_pack`: layers, calibration subnets, probes, the empty model), each is
+timed by the command (`ofa.deploy.external_runner`: shuffled blocks, median), the figures are saved as the
+pack's ``timings.csv`` (what ``ofa lut import`` reads) and imported into the table with the same correction
+as any build. An existing pack of the same space and format is reused, so a second build only re-times.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ofa.deploy.external_runner import CommandRunner, time_with_command
+from ofa.deploy.lut_pack import MANIFEST, ImportConfig, PackConfig, import_timings, pack_models, read_manifest
+from ofa.deploy.timing import Stats
+from ofa.errors import OFAError
+from ofa.io import write_text
+from ofa.space import SearchSpace
+from search.latency import LatencyTable, space_from_arg
+
+TIMINGS = "timings.csv"
+
+
+@dataclass(frozen=True)
+class RunnerBuildConfig:
+    """A runner-timed build: the table, the command, the pack (its folder and format), blocks per model."""
+
+    out: Path
+    runner: CommandRunner
+    pack: PackConfig
+    blocks: int = 3
+    device: str = "unknown"
+    threads: int = 1  # what the command runs with, recorded in meta
+
+    def __post_init__(self) -> None:
+        if self.blocks < 1:
+            raise OFAError(f"--repeats: need at least 1 run per model, got {self.blocks}")
+        object.__setattr__(self, "out", Path(self.out))
+
+
+def build_with_runner(space: SearchSpace, cfg: RunnerBuildConfig) -> LatencyTable:
+    """Pack (or reuse the pack), time every model with the command, write ``timings.csv``, import the table."""
+    folder = cfg.pack.out
+    if not (folder / MANIFEST).is_file():
+        pack_models(space, cfg.pack)
+    manifest = read_manifest(folder)
+    if manifest["space_fingerprint"] != space.fingerprint() or manifest["model_format"] != cfg.pack.format:
+        raise OFAError(f"{folder}: holds a pack of space {manifest['space_fingerprint']} in "
+                       f"{manifest['model_format']}, not of {space.fingerprint()} in {cfg.pack.format}; "
+                       "choose another --pack")
+    models = {key: (folder / m["file"], str(m["file"]), tuple(m["input_shape"]))
+              for key, m in manifest["models"].items()}
+    with tqdm(total=cfg.blocks * len(models), desc=f"time {len(models)} models with the runner",
+              disable=not cfg.pack.progress) as bar:
+        stats = time_with_command(cfg.runner, models, cfg.blocks, cfg.pack.seed, bar.update)
+    write_timings(folder / TIMINGS, stats)
+    timer = f"runner: {cfg.runner.command} (regex {cfg.runner.regex})"
+    return import_timings(folder, stats, ImportConfig(cfg.out, cfg.device, cfg.threads, timer, cfg.blocks))
+
+
+def build_with_runner_file(space: str, cfg: RunnerBuildConfig) -> LatencyTable:
+    """`build_with_runner` for a space given as ``mbv3``, a recipe/space file, a checkpoint or a table."""
+    return build_with_runner(space_from_arg(space), cfg)
+
+
+def write_timings(path: Path, stats: Mapping[str, Stats]) -> Path:
+    """The figures as ``key,median_ms,samples,std_ms`` (what ``ofa lut import`` reads)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["key", "median_ms", "samples", "std_ms"])
+    for key, s in stats.items():
+        writer.writerow([key, f"{s['mean_ms']:.6f}", int(s["count"]), f"{s['std_ms']:.6f}"])
+    return write_text(path, buf.getvalue())
