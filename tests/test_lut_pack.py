@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from conftest import tiny_space
 
+from ofa.arch import Arch
 from ofa.cli import main
 from ofa.deploy.external_runner import CommandRunner
 from ofa.deploy.layer_models import layer_specs
@@ -123,6 +125,13 @@ def test_runner_build_times_each_packed_model_with_a_command(tmp_path, monkeypat
     # the figures are kept as the pack's timings.csv, which `ofa lut import` turns into the same table
     again = import_timings_file(folder, folder / "timings.csv", ImportConfig(tmp_path / "again.yaml"))
     assert again.entries == table.entries and again.meta["correction"] == table.meta["correction"]
+    # checked through the same command, on subnets it never timed
+    check = tmp_path / "check"
+    rc = main(["lut", "check", str(out), "--runner", TIMER, "--runner-regex", r"median: (?P<ms>[\d.]+) ms", "--n", "2",
+               "--repeats", "1", "--out", str(check), "--quiet"])
+    summary = json.loads((check / "summary.json").read_text())
+    assert rc == 0 and summary["n"] == 2 and len(summary["rows"]) == 2 and len(list((check / "models").iterdir())) == 2
+    assert all(r["predicted_ms"] == round(table.predict(Arch.from_dict(r["arch"])), 4) for r in summary["rows"])
     # a second build reuses the pack and only re-times
     import ofa.deploy.lut_runner
 

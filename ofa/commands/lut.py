@@ -37,11 +37,7 @@ def register(subparsers: Any) -> None:
                        help="whole subnets per resolution for the correction (0: none; default 10)")
     build.add_argument("--device", help="device name stored in meta (default: host name)")
     build.add_argument("--seed", type=int, default=0)
-    build.add_argument("--runner", metavar="'COMMAND {model} ...'",
-                       help="time each model by running this command (e.g. benchmark_app, adb shell ...) instead of "
-                            "in this process; {model}: the packed model's path, {file}: its path in the pack")
-    build.add_argument("--runner-regex", metavar="REGEX", help="reads the time from the runner's output: group ms, us, "
-                                                               "s or fps (else the first group, in ms)")
+    _add_runner_args(build)
     build.add_argument("--pack", type=Path, metavar="DIR",
                        help="with --runner: where the models are packed (default: OUT without suffix + .pack; "
                             "reused when it exists)")
@@ -65,8 +61,17 @@ def register(subparsers: Any) -> None:
     check.add_argument("--out", type=Path, help="folder for check.jsonl, summary.json, check.png "
                                                 "(default runs/lut-check/TABLE_NAME)")
     check.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
+    _add_runner_args(check)
     check.add_argument("--quiet", action="store_true", help="no progress bars")
     check.set_defaults(func=run_check)
+
+
+def _add_runner_args(parser: Any) -> None:
+    parser.add_argument("--runner", metavar="'COMMAND {model} ...'",
+                        help="time each model by running this command (e.g. benchmark_app, adb shell ...) instead of "
+                             "in this process; {model}: the model file's path, {file}: its path in the pack")
+    parser.add_argument("--runner-regex", metavar="REGEX", help="reads the time from the runner's output: groups "
+                                                                "value+unit, or ms, us, s or fps, else group 1 in ms")
 
 
 def _add_pack_and_import(verbs: Any) -> None:
@@ -115,6 +120,8 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    if args.runner or args.runner_regex:
+        return run_check_with_runner(args)
     from ofa.arch import Arch
     from ofa.deploy.lut_check import CheckConfig, check_table_file
 
@@ -177,4 +184,25 @@ def run_import(args: argparse.Namespace) -> int:
 
     table = import_timings_file(args.pack, args.timings, ImportConfig(args.out, args.device, args.threads))
     print(f"wrote {args.out}: {table.describe()}")
+    return 0
+
+
+def run_check_with_runner(args: argparse.Namespace) -> int:
+    from ofa.deploy.external_runner import CommandRunner
+    from ofa.deploy.lut_runner import RunnerCheckConfig, check_with_runner_file
+    from ofa.errors import OFAError
+
+    if not (args.runner and args.runner_regex):
+        raise OFAError("--runner and --runner-regex go together: the command, and how to read the time it prints")
+    out = args.out or Path("runs") / "lut-check" / args.table.stem
+    cfg = RunnerCheckConfig(CommandRunner(args.runner, args.runner_regex), out / "models", n=args.n,
+                            resolutions=tuple(args.resolutions) if args.resolutions else None,
+                            blocks=args.repeats or 3, seed=args.seed, progress=not args.quiet)
+    result = check_with_runner_file(args.table, cfg, out)
+    for name, s in [("all", result.summary), *result.summary["per_resolution"].items()]:
+        print(f"{name!s:>4}: n={s['n']} MAPE {s['mape']:.2f}%  within ±10% {s['within_10pct']:.1f}%  "
+              f"Spearman {s['spearman']:.4f}  max error {s['max_abs_error_pct']:.1f}%")
+    print(f"wrote {out / 'summary.json'}")
+    if args.json:
+        print(json.dumps(result.summary))
     return 0

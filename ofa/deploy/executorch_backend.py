@@ -8,6 +8,7 @@ JSON string), where ONNX files keep ``ofa.*`` props.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -33,10 +34,8 @@ def _require() -> Any:
 
 
 def version() -> str:
-    from importlib.metadata import version as dist_version
-
     _require()
-    return dist_version("executorch")
+    return importlib.metadata.version("executorch")
 
 
 def to_pte(module: nn.Module, input_shape: Sequence[int], metadata: Mapping[str, str] | None = None) -> bytes:

@@ -1,9 +1,12 @@
-"""``ofa lut build --runner``: a table timed by any command (a device's benchmark tool), not in this process.
+"""``ofa lut build --runner`` / ``ofa lut check --runner``: tables timed and checked by any command (a device's
+benchmark tool), not in this process.
 
 The models are packed (`ofa.deploy.lut_pack`: layers, calibration subnets, probes, the empty model), each is
 timed by the command (`ofa.deploy.external_runner`: shuffled blocks, median), the figures are saved as the
 pack's ``timings.csv`` (what ``ofa lut import`` reads) and imported into the table with the same correction
 as any build. An existing pack of the same space and format is reused, so a second build only re-times.
+A check converts random subnets (never calibration subnets or probes) into the table's format and times
+them with the same command: a runner-built table is judged against its own runner's whole-subnet figures.
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ofa.deploy import formats
 from ofa.deploy.external_runner import CommandRunner, time_with_command
+from ofa.deploy.lut_check import CheckResult, sample_check_archs, summarize_errors
 from ofa.deploy.lut_pack import MANIFEST, ImportConfig, PackConfig, import_timings, pack_models, read_manifest
 from ofa.deploy.timing import Stats
 from ofa.errors import OFAError
-from ofa.io import write_text
+from ofa.io import write_json, write_text
 from ofa.space import SearchSpace
+from ofa.subnet import build_subnet
 from search.latency import LatencyTable, space_from_arg
 
 TIMINGS = "timings.csv"
@@ -77,3 +83,52 @@ def write_timings(path: Path, stats: Mapping[str, Stats]) -> Path:
     for key, s in stats.items():
         writer.writerow([key, f"{s['mean_ms']:.6f}", int(s["count"]), f"{s['std_ms']:.6f}"])
     return write_text(path, buf.getvalue())
+
+
+@dataclass(frozen=True)
+class RunnerCheckConfig:
+    """A check through a command: the subnets (per resolution), where their models go, blocks per model."""
+
+    runner: CommandRunner
+    folder: Path  # the check's models are written here (and kept, to time them again by hand)
+    n: int = 30
+    resolutions: tuple[int, ...] | None = None
+    blocks: int = 3
+    seed: int = 0
+    progress: bool = True
+
+
+def check_with_runner(table: LatencyTable, cfg: RunnerCheckConfig) -> CheckResult:
+    """``cfg.n`` random subnets per resolution in the table's format, timed by the command, against predictions."""
+    fmt = formats.check_format(str(table.meta["backend"]))
+    space, batch = table.space, int(table.meta["batch"])
+    resolutions = list(cfg.resolutions or space.resolutions)
+    archs = sample_check_archs(table, resolutions, cfg.n, cfg.seed)
+    cfg.folder.mkdir(parents=True, exist_ok=True)
+    models = {}
+    for i, arch in enumerate(tqdm(archs, desc=f"convert to {fmt}", disable=not cfg.progress)):
+        shape = (batch, space.in_channels, arch.resolution, arch.resolution)
+        path = cfg.folder / f"{i:04d}{formats.SUFFIX[fmt]}"
+        formats.write(fmt, formats.convert(fmt, build_subnet(space, arch).eval(), shape), path)
+        models[str(i)] = (path, path.name, shape)
+    with tqdm(total=cfg.blocks * len(models), desc="time with the runner", disable=not cfg.progress) as bar:
+        stats = time_with_command(cfg.runner, models, cfg.blocks, cfg.seed, bar.update)
+    rows = [{"resolution": a.resolution, "arch": a.to_dict(), "predicted_ms": round(table.predict(a), 4),
+             "measured_ms": round(stats[str(i)]["mean_ms"], 4), "std_ms": round(stats[str(i)]["std_ms"], 4),
+             "error_pct": round((table.predict(a) / stats[str(i)]["mean_ms"] - 1) * 100, 3)}
+            for i, a in enumerate(archs)]
+
+    def judge(selected: list[dict]) -> dict:
+        return summarize_errors([x["predicted_ms"] for x in selected], [x["measured_ms"] for x in selected])
+
+    summary = {**judge(rows), "per_resolution": {r: judge([x for x in rows if x["resolution"] == r])
+                                                 for r in resolutions},
+               "timer": f"runner: {cfg.runner.command} (regex {cfg.runner.regex}), median of {cfg.blocks} runs"}
+    return CheckResult(rows, summary)
+
+
+def check_with_runner_file(table_path: Path, cfg: RunnerCheckConfig, out: Path) -> CheckResult:
+    """`check_with_runner` of a table file; writes ``summary.json`` (with every row) into ``out``."""
+    result = check_with_runner(LatencyTable.load(table_path), cfg)
+    write_json(out / "summary.json", {"table": str(table_path), **result.summary, "rows": result.rows})
+    return result
