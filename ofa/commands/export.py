@@ -80,10 +80,10 @@ def _print_result(r: Any) -> None:
             line += f" ({100 * (lat.mean_ms / r.predicted_latency_ms - 1):+.1f}%)" if r.predicted_latency_ms else ""
         print(line)
     for f in r.formats:
-        top1 = f", top-1 {f.top1:.2f}% (the ONNX model's predictions on every test image)" if f.top1 is not None else ""
-        lat = f", latency {_ms(f.latency)} ({f.latency.source})" if f.latency is not None else ""
-        print(f"  {f.format} on {f.runtime}: max |logit diff| {f.parity.max_abs_diff:.2e}, top-1 identical{top1}{lat}"
-              f" -> {', '.join(f.files)}")
+        top1 = f"; test top-1 {f.top1:.2f}% (the ONNX model's prediction on every image)" if f.top1 is not None else ""
+        lat = f"; latency {_ms(f.latency)} (same protocol)" if f.latency is not None else ""
+        print(f"  {f.format} ({f.runtime}): parity max |logit diff| {f.parity.max_abs_diff:.2e}, top-1 identical"
+              f"{top1}{lat} -> {', '.join(f.files)}")
     if r.folder is not None and r.folder != r.onnx_path.parent:
         written = [r.onnx_path, *([r.int8_path] if r.int8_path else []), r.subnet_path, r.card_path, r.summary_path]
         print("  wrote " + ", ".join(str(w) for w in written))
