@@ -136,7 +136,10 @@ def test_runner_build_times_each_packed_model_with_a_command(tmp_path, monkeypat
     import ofa.deploy.lut_runner
 
     monkeypatch.setattr(ofa.deploy.lut_runner, "pack_models", lambda *a: pytest.fail("packed again"))
-    build_with_runner(space, cfg)
+    rc = main(["lut", "build", "--space", str(out), "--out", str(tmp_path / "cli.yaml"), "--pack", str(folder),
+               "--calibrate", "2", "--repeats", "1", "--runner", TIMER, "--runner-regex", r"median: (?P<ms>[\d.]+) ms",
+               "--quiet"])
+    assert rc == 0 and set(LatencyTable.load(tmp_path / "cli.yaml").entries) == set(table.entries)
 
 
 def test_benchmark_app_output_is_read_precisely():
