@@ -148,6 +148,10 @@ def test_benchmark_app_output_is_read_precisely():
     assert median.parse(text) == pytest.approx(9.85e-3)
     fps = CommandRunner("benchmark_app -m {model}", r"Throughput:\s+(?P<fps>[\d.]+) FPS")
     assert fps.parse(text) == pytest.approx(1000 / 11592.82)
+    total = CommandRunner("executor_runner --model_path {model}",
+                          r"executed successfully (?P<calls>\d+) time\(s\) in (?P<ms>[\d.]+) ms")
+    line = "I 00:00:01.2 executor_runner.cpp:180] Model executed successfully 200 time(s) in 51.300000 ms."
+    assert total.parse(line) == pytest.approx(51.3 / 200)  # the format ExecuTorch's executor_runner logs
 
 
 def test_benchmark_app_times_packed_openvino_models(tmp_path):

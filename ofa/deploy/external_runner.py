@@ -4,7 +4,8 @@ The command is a template: ``{model}`` becomes the model's local path, ``{file}`
 pack (for a copy on a device), ``{shape}`` its input shape as ``1,3,224,224``. The figure is read with a
 regular expression: its groups ``value`` and ``unit`` (ms, us or s, as ``benchmark_app`` prints its median),
 or a group named ``ms``, ``us``, ``s`` or ``fps`` (one call per frame: ms = 1000 / fps), else its first
-group, in milliseconds. Each model is run once per block, in a new shuffled order every
+group, in milliseconds; a group ``calls`` divides it (a total over that many calls, as ExecuTorch's
+``executor_runner`` prints). Each model is run once per block, in a new shuffled order every
 block (as the standalone protocol does in-process), and its figure is the median of its blocks.
 """
 
@@ -64,11 +65,16 @@ class CommandRunner:
         return self.parse(output, model.name)
 
     def parse(self, output: str, name: str = "model") -> float:
-        """The figure in ``output`` as ms (see module doc)."""
+        """The figure in ``output`` as ms per call (see module doc)."""
         match = re.search(self.regex, output)
         if match is None:
             tail = output.strip().splitlines()[-1] if output.strip() else "no output"
             raise OFAError(f"--runner-regex: no match in the output for {name} (last line: {tail!r})")
+        calls = match.groupdict().get("calls")
+        return self._figure(match) / (int(calls) if calls else 1)
+
+    @staticmethod
+    def _figure(match: re.Match) -> float:
         named = match.groupdict()
         if named.get("value") is not None and named.get("unit") in UNITS:
             return float(named["value"]) * UNITS[named["unit"]]

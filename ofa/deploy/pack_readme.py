@@ -12,7 +12,7 @@ TOOLS = {
     "executorch": ("ExecuTorch's `executor_runner` built with XNNPACK (`examples/portable/executor_runner`, "
                    "`-DEXECUTORCH_BUILD_XNNPACK=ON`), or its `benchmark` app on Android",
                    "executor_runner --model_path {model} --num_executions 200",
-                   "YOUR-REGEX-FOR-THE-TIME-IT-PRINTS"),
+                   "executed successfully (?P<calls>\\d+) time\\(s\\) in (?P<ms>[\\d.]+) ms"),
 }
 
 
@@ -45,8 +45,9 @@ Either let `ofa` run the tool for you, model by model, and read the time from it
 
 (`{{model}}`: the model's local path; `{{file}}`: its path inside this folder, for a copy on a device. The
 regex's groups `value` and `unit`, or its group `ms`, `us`, `s` or `fps`, or its first group, in ms, is the
-figure.) Or collect a CSV by hand,
-one row per manifest key, header `key,median_ms` (optional `samples`, `std_ms`), and import it:
+figure; a group `calls` divides a total, as `executor_runner` prints one over all its executions.)
+Or collect a CSV by hand, one row per manifest key, header `key,median_ms` (optional `samples`,
+`std_ms`), and import it:
 
     ofa lut import THIS_FOLDER --timings timings.csv --out TABLE.yaml
 """
