@@ -13,10 +13,12 @@ from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from ofa.bn import resize
+from ofa.deploy.formats import FormatModel
 from ofa.deploy.runtimes import OrtModel
 from ofa.errors import OFAError
 
 PARITY_ATOL = 1e-4
+Inference = OrtModel | FormatModel  # an exported model on its runtime, run on any number of inputs
 
 
 class ParityError(OFAError):
@@ -61,9 +63,9 @@ def eval_split(data: Any) -> Dataset | None:
 
 
 @torch.no_grad()
-def check_parity(model: nn.Module, runner: OrtModel, real: torch.Tensor, random: torch.Tensor,
+def check_parity(model: nn.Module, runner: Inference, real: torch.Tensor, random: torch.Tensor,
                  progress: bool = False) -> Parity:
-    """Same inputs through PyTorch and onnxruntime: max |logit diff| and top-1 agreement.
+    """Same inputs through PyTorch and the exported model on its runtime: max |logit diff|, top-1 agreement.
 
     A dynamic-batch model is run as one batch, in batches of 3 and one input at a time, so the
     batch dimension is exercised too; ``progress`` shows a bar over those passes.
@@ -80,7 +82,7 @@ def check_parity(model: nn.Module, runner: OrtModel, real: torch.Tensor, random:
     return Parity(diff, agree, len(real), len(random), tuple(sorted(sizes)))
 
 
-def onnx_accuracy(runner: OrtModel, loader: Iterable, resolution: int, progress: bool = False,
+def onnx_accuracy(runner: Inference, loader: Iterable, resolution: int, progress: bool = False,
                   desc: str = "accuracy") -> tuple[float, np.ndarray]:
     """Top-1 (percent) of an ONNX model over a labelled loader, and its predictions."""
     correct, total, preds = 0, 0, []
