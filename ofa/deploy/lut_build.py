@@ -300,7 +300,7 @@ def _time_quietly(models: Mapping[str, Runner], judged: Sequence[str], r: int, m
 
 
 def correction_record(space: SearchSpace, archs: Sequence[Arch], entries: Mapping[str, Any], overhead: float,
-                measured: Sequence[float]) -> dict[str, Any]:
+                      measured: Sequence[float]) -> dict[str, Any]:
     """The affine fit of the calibration subnets' measured ms on their raw sums, as stored in meta."""
     raw = [overhead + sum(entries[layer.key]["mean_ms"] for layer in space.layers(a)) for a in archs]
     scale, offset = fit_correction(raw, measured)
