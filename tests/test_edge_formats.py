@@ -18,6 +18,8 @@ from ofa.deploy import formats
 from ofa.deploy.convert import read_metadata
 from ofa.deploy.export import ExportConfig, export_subnet
 from ofa.deploy.layer_models import LayerModules, empty_runner, input_shape
+from ofa.deploy.lut_build import TableBuildConfig, build_table
+from ofa.deploy.lut_check import CheckConfig, check_table
 from ofa.deploy.runtimes import OrtModel, check_backend, make_runner
 from ofa.deploy.timing import Standalone, time_models
 from ofa.deploy.verify import PARITY_ATOL, ParityError
@@ -51,6 +53,17 @@ def test_edge_backends_time_a_layer_and_the_empty_model(net, backend):
     runners = {key: make_runner(backend, module, input_shape(spec, 1), 1), "<empty>": empty_runner(backend, 1, 1)}
     stats = time_models(runners, Standalone(warmup=1, calls=5, blocks=3))
     assert all(s["mean_ms"] > 0 and s["count"] >= 1 for s in stats.values())
+
+
+def test_openvino_table_builds_with_overhead_and_correction_and_checks(tmp_path):
+    space = tiny_space(kernels=(3,), expands=(2,), depths=(1, 2), resolutions=(12,))
+    cfg = TableBuildConfig(tmp_path / "ov.yaml", backend="openvino-cpu", calibrate=2, max_noise_pct=1000,
+                           protocol=Standalone(warmup=1, calls=5, blocks=3), progress=False)
+    table = build_table(space, cfg)
+    assert table.meta["runtime"] == "openvino" and table.meta["complete"] and table.overhead_ms > 0
+    assert len(table.meta["correction"]["per_resolution"][12]["points"]) == 2 and len(table.probes(12)) == 3
+    result = check_table(table, CheckConfig(n=2, repeats=2, max_noise_pct=1000, progress=False))
+    assert len(result.rows) == 2 and all(r["measured_ms"] > 0 for r in result.rows)
 
 
 def test_export_writes_each_format_beside_onnx_and_in_the_folder(exported):

@@ -79,7 +79,8 @@ def convert_and_check(fmt: str, checks: FormatChecks, where: str) -> Converted:
 
 def _latency(fmt: str, infer: Callable[[np.ndarray], np.ndarray], checks: FormatChecks, runtime: str) -> Latency:
     protocol = checks.protocol
-    stats = time_models({fmt: CallRunner(infer, checks.shape, checks.threads)}, protocol)[fmt]
+    runner = CallRunner(infer, checks.shape, checks.threads, fmt in formats.WORKER_THREADS)
+    stats = time_models({fmt: runner}, protocol)[fmt]
     source = (f"standalone, {CLOCK_NAMES[protocol.clock]} clock, median of {protocol.blocks} blocks, "
               f"{formats.FORMAT_BACKEND[fmt]} ({runtime})")
     return Latency(float(stats["mean_ms"]), float(stats["std_ms"]), checks.shape[0], checks.threads,

@@ -23,6 +23,7 @@ FORMAT_BACKEND = {"onnx": "ort-cpu", "openvino": "openvino-cpu", "executorch": "
 BACKEND_FORMAT = {backend: fmt for fmt, backend in FORMAT_BACKEND.items()}
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
 RUNTIME = {"openvino": "openvino", "executorch": "executorch"}  # runtime name in a table's meta
+WORKER_THREADS = {"openvino"}  # runtimes that infer on their own threads: timed against the process's CPU time
 EDGE_FORMAT = {backend: fmt for backend, fmt in BACKEND_FORMAT.items() if fmt in RUNTIME}  # backends run here
 
 

@@ -7,7 +7,7 @@ f32 inference precision: on CPUs with bf16 units the plugin would otherwise drop
 
 from __future__ import annotations
 
-import io
+import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,16 +28,21 @@ def _openvino() -> Any:
     return openvino
 
 
+@functools.cache
+def _core() -> Any:
+    """One ``openvino.Core`` per process: creating one loads the plugins, seconds per model otherwise."""
+    return _openvino().Core()
+
+
 def version() -> str:
     return str(_openvino().__version__).split("-")[0]
 
 
 def from_onnx(onnx_model: bytes | Path, metadata: Mapping[str, str] | None = None) -> Any:
     """The ``openvino.Model`` of an ONNX model (bytes or file), with ``metadata`` in its rt_info."""
-    ov = _openvino()
-    source = io.BytesIO(onnx_model) if isinstance(onnx_model, bytes) else str(onnx_model)
-    try:
-        model = ov.convert_model(source)
+    source = onnx_model if isinstance(onnx_model, bytes) else str(onnx_model)
+    try:  # the ONNX frontend of the runtime itself: `openvino.convert_model` takes a second and phones home
+        model = _core().read_model(source)
     except Exception as exc:  # OpenVINO raises its own exception types for models it cannot read
         raise OFAError(f"OpenVINO cannot read the ONNX model: {str(exc).splitlines()[0]}") from None
     for key, value in (metadata or {}).items():
@@ -53,7 +58,7 @@ def save(model: Any, path: Path) -> list[Path]:
 
 def read_metadata(path: str | Path) -> dict[str, str]:
     """The ``ofa`` rt_info of a saved model (.xml)."""
-    model = _openvino().Core().read_model(str(path))
+    model = _core().read_model(str(path))
     if not model.has_rt_info([RT_INFO_KEY]):
         return {}
     return {key: value.astype(str) for key, value in model.get_rt_info()[RT_INFO_KEY].items()}
@@ -61,11 +66,10 @@ def read_metadata(path: str | Path) -> dict[str, str]:
 
 def compile_infer(model: Any, threads: int) -> Callable[[np.ndarray], np.ndarray]:
     """``model`` (an ``openvino.Model`` or a .xml file) compiled on CPU: a function from input to first output."""
-    ov = _openvino()
     config = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
               "INFERENCE_PRECISION_HINT": "f32"}
     try:
-        compiled = ov.Core().compile_model(model if not isinstance(model, Path) else str(model), "CPU", config)
+        compiled = _core().compile_model(model if not isinstance(model, Path) else str(model), "CPU", config)
     except Exception as exc:  # a model the CPU plugin cannot compile
         raise OFAError(f"OpenVINO cannot compile the model: {str(exc).splitlines()[0]}") from None
     request = compiled.create_infer_request()
