@@ -121,8 +121,14 @@ def test_one_corrupted_output_fails_the_export_and_writes_nothing(net, tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_missing_runtime_is_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):
+def test_missing_runtime_is_one_line_naming_the_extra(net, monkeypatch, tmp_path, capsys):
+    ckpt, arch = net.save(tmp_path / "s.pt"), sample_arch(net.space, 1).save(tmp_path / "arch.json")
     monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino now raises ImportError
+    rc = main(["export", "--supernet", str(ckpt), "--arch", str(arch), "--out", str(tmp_path / "m.onnx"),
+               "--format", "openvino"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1] == f"ofa export: error: {formats.openvino_backend.MISSING}"
+    assert not (tmp_path / "m.onnx").exists()
     with pytest.raises(OFAError, match=r"ofa-toolkit\[openvino\]"):
         check_backend("openvino-cpu")
     with pytest.raises(OFAError, match=r"--format: unknown format 'tflite'"):
