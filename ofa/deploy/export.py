@@ -150,9 +150,9 @@ def export_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any 
     test split gives the real parity inputs and the accuracy; without it BN statistics stay the
     supernet's and only random inputs are checked. ``table`` (a `LatencyTable` of the supernet's
     space): latency is measured standalone, as a user measures it, with the table's backend, threads
-    and batch, and reported beside its prediction; a fixed-batch model takes its batch size. Raises `OFAError` for an arch or table of
-    another space and INT8 without data, and `ParityError` (writing nothing) when onnxruntime and
-    PyTorch disagree.
+    and batch, and reported beside its prediction; a fixed-batch model takes its batch size. Raises
+    `OFAError` for an arch or table of another space and INT8 without data, and `ParityError` (writing
+    nothing) when onnxruntime and PyTorch disagree.
     """
     arch = check_arch(net.space, arch, cfg.arch_source)
     _check_inputs(net.space, arch, cfg, data, table)
