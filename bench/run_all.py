@@ -78,7 +78,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         "median): the demo's exported models (runs/digits/export) and 8 random mbv3 subnets each at 160 and "
         "224 px on the shipped table (target ≥ 90% within ±10% per group, table built on this machine)",
         ["bench/standalone_latency.py", "--json", "--n", "2", "--calls", "50"],
-        {"demo_within_10pct": "demo models within ±10%", "mbv3_within_10pct": "mbv3 subnets within ±10%"},
+        {"demo_within_10pct": "demo models within ±10%", "subnets_within_10pct": "mbv3 subnets within ±10%"},
     ),
     "official_import": Benchmark(
         ["bench/official_import.py", "--json"],
@@ -93,6 +93,18 @@ BENCHMARKS: dict[str, Benchmark] = {
         "(target: PS within 0.5 points or better)",
         ["bench/ps_vs_scratch.py", "recipes/digits.yaml", "--json"],
         {"delta_smallest": "PS − scratch, smallest", "delta_middle": "middle", "delta_largest": "largest"},
+        on_request=True,
+    ),
+    "critical_batch": Benchmark(
+        ["bench/critical_batch.py", "recipes/digits.yaml", "--json"],
+        "critical batch size measured by training the full network to a fixed validation loss at batch sizes "
+        "16-512 (best of 3 learning rates each; fit S = S_min + E_min/B, B_crit = E_min/S_min, 68% interval) vs "
+        "the gradient noise scale B_simple at the reference run's weights at the target (goal: ratio in [0.5, 2])",
+        ["bench/critical_batch.py", "recipes/digits.yaml", "--json", "--batches", "32", "64", "128", "--target", "1.5",
+         "--max-epochs", "3", "--noise-steps", "2", "--noise-accumulate", "4", "--out",
+         "runs/bench/critical_batch_quick.png"],
+        {"b_crit": "B_crit", "b_simple": "B_simple", "ratio": "B_crit / B_simple", "ratio_low": "68% from",
+         "ratio_high": "to"},
         on_request=True,
     ),
 }
