@@ -41,7 +41,8 @@ class Benchmark:
 BENCHMARKS: dict[str, Benchmark] = {
     "elastic_overhead": Benchmark(
         ["bench/elastic_overhead.py", "--json"],
-        "one SGD step of the supernet / the extracted static model (target ≤ 1.03)",
+        "one SGD step of the supernet / the extracted static model, largest, middle (median MACs of 1,000 "
+        "seeded samples) and smallest subnet: median of per-round ratios and their interquartile range (target ≤ 1.03)",
         ["bench/elastic_overhead.py", "--json", "--rounds", "5"],
         {"overhead_max": "largest subnet", "overhead_min": "smallest subnet"},
     ),
