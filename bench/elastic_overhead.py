@@ -19,7 +19,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ofa.space import Arch, SearchSpace
+from ofa.arch import Arch
+from ofa.encoding import sample_arch
+from ofa.space import SearchSpace
 from ofa.supernet import OFAMobileNetV3
 
 
@@ -35,7 +37,7 @@ def sgd_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor
 def middle_arch(space: SearchSpace, resolution: int, samples: int = 1000, seed: int = 0) -> Arch:
     """The sample at the median MACs (index n // 2 when sorted) of ``samples`` seeded draws."""
     rng = np.random.default_rng(seed)
-    archs = [space.sample(rng, resolutions=[resolution]) for _ in range(samples)]
+    archs = [sample_arch(space, rng, resolutions=[resolution]) for _ in range(samples)]
     return sorted(archs, key=space.macs)[samples // 2]
 
 

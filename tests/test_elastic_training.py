@@ -16,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from conftest import perturb, tiny_space
 
-from ofa.space import SearchSpace, StageSpec, mid_channels
+from ofa.encoding import sample_arch
+from ofa.layers import mid_channels
+from ofa.space import SearchSpace, StageSpec
 from ofa.supernet import OFAMobileNetV3
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "elastic_golden.pt"
@@ -45,7 +47,8 @@ def _golden_run(steps: int = 8) -> dict[str, torch.Tensor]:
     space = _golden_space()
     net = perturb(OFAMobileNetV3(space), seed=0).train()
     opt = _optimizer(net)
-    archs = [space.max_arch(), space.min_arch(), *(space.sample(seed) for seed in range(steps - 3)), space.min_arch()]
+    sampled = [sample_arch(space, seed) for seed in range(steps - 3)]
+    archs = [space.max_arch(), space.min_arch(), *sampled, space.min_arch()]
     g = torch.Generator().manual_seed(1)
     for arch in archs:
         net.set_active(arch)
