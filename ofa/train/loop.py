@@ -31,7 +31,7 @@ from ofa.supernet import OFAMobileNetV3
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distill import frozen_teacher, soft_cross_entropy
 from ofa.train.distributed import DistEnv, all_reduce_sum, average_gradients, broadcast_state, process_group
-from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator
+from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator, batch_advice
 from ofa.train.optim import build_optimizer, lr_at, set_lr
 from ofa.train.plots import plot_training_curves
 from ofa.train.recipe import PhaseConfig, Recipe, load_recipe
@@ -338,6 +338,8 @@ class Trainer:
         if last:
             self.metrics.write({"kind": "phase", "phase": phase.name, "phase_index": p, "step": self.global_step,
                                 "elapsed_s": self.elapsed, "noise_scale": noise})
+            if noise:  # what the phase's noise scale says about the global batch (issue 17)
+                self.log(f"{phase.name}: {batch_advice(self.global_batch, noise['b_simple'], len(self.data.train))}")
             self.plot()
         self._tick()  # evaluation time counts in the run's elapsed time, not in the next epoch's
         self.phase, self.epoch, self.step = (p + 1, 0, 0) if last else (p, epoch + 1, 0)
