@@ -1,0 +1,55 @@
+"""bench/ps_vs_scratch.py: both sides with their cost, cached runs reused on a rerun, missing data skipped."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from conftest import TINY_RECIPE
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("ps_vs_scratch", ROOT / "bench" / "ps_vs_scratch.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("ps_vs_scratch", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
+    bench = _bench()
+    argv = ["--recipe", str(TINY_RECIPE), "--seeds", "0", "1", "--random", "1", "--scratch-epochs", "2",
+            "--lr-factors", "0.5", "1", "--cache", str(tmp_path), "--json"]
+    assert bench.main(argv) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(report["subnets"]) == {"smallest", "middle", "largest", "random_1"}
+    for row in report["subnets"].values():
+        scratch = row["scratch"]
+        assert len(row["ps_seeds"]) == 2 and len(scratch["seeds"]) == 2 and set(scratch["grid"]) == {"0.05", "0.1"}
+        assert abs(row["delta"] - (row["ps_top1"] - scratch["test_top1"])) < 1e-9
+        assert scratch["seconds"] > 0 and scratch["train_images"] == 2 * (report["train_images"] // 16) * 16
+        assert "converged" in scratch and "test_top1_2x" in scratch
+    macs = {n: r["macs"] for n, r in report["subnets"].items()}
+    assert macs["smallest"] <= macs["middle"] <= macs["largest"]
+    assert report["ps_seconds"] > 0 and report["ps_train_images"] > report["train_images"]
+    assert report["within_budget"] == (report["ps_seconds"] <= 4 * report["subnets"]["largest"]["scratch"]["seconds"])
+    # 2 supernets + (2 grid + 1 other seed + 1 at 2x epochs) x 4 subnets, each cached as JSON
+    cached = sorted(tmp_path.rglob("*.json"))
+    assert len(cached) == 2 + 4 * 4
+    stamps = {p: p.stat().st_mtime_ns for p in cached}
+    assert bench.main(argv) == 0  # a rerun trains nothing and reports the same figures
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again == report and {p: p.stat().st_mtime_ns for p in sorted(tmp_path.rglob("*.json"))} == stamps
+
+
+def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):
+    bench = _bench()
+    assert bench.main(["--recipe", "fashion", "--set", f"data.root={tmp_path}", "--cache", str(tmp_path),
+                       "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("ps_vs_scratch: skipped: ") and "dataset-fashion-mnist" in lines[0]
+    assert json.loads(lines[-1])["skipped"] and not list(tmp_path.iterdir())
