@@ -125,7 +125,7 @@ def ps_run(recipe: Recipe, subnets: dict[str, Arch], data: DataBundle, cache: Pa
     def compute() -> dict[str, Any]:
         path = run_dir / "supernet.pt" if (run_dir / "supernet.pt").exists() else train(recipe, run_dir, resume=True)
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        seconds = next(r["elapsed_s"] for r in reversed(rows) if r["kind"] == "test")
+        final = next(r for r in reversed(rows) if r["kind"] == "test")
         net = OFAMobileNetV3.load(path)
         calib = make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1)
         test = make_loader(data.test, recipe.data.eval_batch_size, shuffle=False, seed=0)
@@ -133,7 +133,8 @@ def ps_run(recipe: Recipe, subnets: dict[str, Arch], data: DataBundle, cache: Pa
         for name, arch in subnets.items():
             set_loader_epoch(calib, 0)
             top1[name] = evaluate_arch(net, arch, calib, test, recipe.eval.calib_batches)["top1"]
-        return {"kind": "ps", "seed": recipe.seed, "recipe_digest": key, "seconds": seconds, "top1": top1,
+        return {"kind": "ps", "seed": recipe.seed, "recipe_digest": key, "seconds": final["elapsed_s"],
+                "cpu_seconds": final.get("cpu_s"), "top1": top1,
                 **ps_images(recipe, len(data.train)), "archs": archs}
 
     archs = {n: a.to_dict() for n, a in subnets.items()}
@@ -189,14 +190,14 @@ def scratch_run(recipe: Recipe, run: ScratchRun, data: DataBundle, cache: Path, 
     key = run.key(recipe)
 
     def compute() -> dict[str, Any]:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         model = train_from_scratch(recipe, run, data, desc)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         val = make_loader(data.val, recipe.data.eval_batch_size, shuffle=False, seed=0)
         test = make_loader(data.test, recipe.data.eval_batch_size, shuffle=False, seed=0)
         images = run.epochs * (len(data.train) // recipe.data.batch_size) * recipe.data.batch_size
         return {"kind": "scratch", "key": key, "arch": run.arch.to_dict(), "lr": run.lr, "epochs": run.epochs,
-                "seed": run.seed, "seconds": seconds, "train_images": images,
+                "seed": run.seed, "seconds": seconds, "cpu_seconds": cpu, "train_images": images,
                 "val_top1": evaluate(model, val, run.arch.resolution)["top1"],
                 "test_top1": evaluate(model, test, run.arch.resolution)["top1"]}
 
@@ -214,7 +215,8 @@ def scratch_twin(recipe: Recipe, name: str, arch: Arch, cfg: BenchConfig, data: 
                                  f"scratch {name} seed {s}") for s in cfg.seeds[1:]]
     out = {"lr": best["lr"], "epochs": epochs, "grid": {f"{r['lr']:g}": r["val_top1"] for r in grid},
            "test_top1": statistics.mean(r["test_top1"] for r in runs), "seeds": [r["test_top1"] for r in runs],
-           "seconds": statistics.mean(r["seconds"] for r in runs), "train_images": best["train_images"]}
+           "seconds": statistics.mean(r["seconds"] for r in runs),
+           "cpu_seconds": statistics.mean(r["cpu_seconds"] for r in runs), "train_images": best["train_images"]}
     if cfg.convergence:
         longer = scratch_run(recipe, ScratchRun(arch, best["lr"], 2 * epochs, first), data, cfg.cache,
                              f"scratch {name} {2 * epochs} epochs")
@@ -245,10 +247,13 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
                       "ps_top1": ps_top1, "ps_seeds": [r["top1"][name] for r in ps], "scratch": twin,
                       "delta": ps_top1 - twin["test_top1"]}
     ps_seconds = statistics.mean(r["seconds"] for r in ps)
+    ps_cpu = statistics.mean(r.get("cpu_seconds") or float("nan") for r in ps)  # nan: resumed from an old checkpoint
     budget = BUDGET_RATIO * rows["largest"]["scratch"]["seconds"]
     return {"recipe": str(path), "recipe_digest": ps[0]["recipe_digest"], "seeds": list(cfg.seeds),
             "subnet_seed": cfg.subnet_seed, "train_images": len(data.train), "test_images": len(data.test),
-            "ps_seconds": ps_seconds, "ps_train_images": ps[0]["train_images"], "ps_budget_seconds": budget,
+            "ps_seconds": ps_seconds, "ps_cpu_seconds": ps_cpu,
+            "cpu_ratio": ps_cpu / rows["largest"]["scratch"]["cpu_seconds"],
+            "ps_train_images": ps[0]["train_images"], "ps_budget_seconds": budget,
             "within_budget": ps_seconds <= budget, "subnets": rows, "target_points": TARGET_POINTS,
             "within_target": all(r["delta"] >= -TARGET_POINTS for r in rows.values()),
             "scratch_converged": all(r["scratch"].get("converged", True) for r in rows.values())}

@@ -12,12 +12,16 @@ from conftest import TINY_RECIPE
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("ps_vs_scratch", ROOT / "bench" / "ps_vs_scratch.py")
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("ps_vs_scratch", module)
+    sys.modules.setdefault(name, module)
     spec.loader.exec_module(module)
     return module
+
+
+def _bench():
+    return _load("ps_vs_scratch")
 
 
 def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
@@ -44,6 +48,9 @@ def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
     assert bench.main(argv) == 0  # a rerun trains nothing and reports the same figures
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again == report and {p: p.stat().st_mtime_ns for p in sorted(tmp_path.rglob("*.json"))} == stamps
+    table = _load("run_all")._ps_table(report)  # how bench/RESULTS.md shows it
+    assert [line.split(" | ")[0] for line in table[2:6]] == ["| smallest", "| middle", "| largest", "| random_1"]
+    assert f"{report['subnets']['largest']['delta']:+.2f}" in table[4] and "budget 4" in table[-1]
 
 
 def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):
