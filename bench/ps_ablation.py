@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--scratch-epochs", type=int)
     p.add_argument("--scratch-lr", type=float)
+    p.add_argument("--lr-factors", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="the scratch lr grid")
     p.add_argument("--no-convergence", action="store_true")
     p.add_argument("--cache", type=Path, default=bench.DEFAULT_CACHE)
     p.add_argument("--render", action="store_true", help="only rewrite the docs table from the records")
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 p.error("--name is required to record a run")
             cfg = bench.BenchConfig(recipe=a.recipe, overrides=(*a.proxy, *a.set), seeds=tuple(a.seeds),
                                     scratch_epochs=a.scratch_epochs, scratch_lr=a.scratch_lr, random_subnets=0,
+                                    lr_factors=tuple(a.lr_factors),
                                     convergence=not a.no_convergence, cache=a.cache)
             row = record(a.name, a.change, cfg, tuple(a.proxy))
             print(" ".join(f"{n} {row['subnets'][n]['ps']:.2f} ({row['subnets'][n]['delta']:+.2f})" for n in SHOWN)
