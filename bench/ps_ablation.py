@@ -43,6 +43,7 @@ def record(name: str, change: str, cfg: bench.BenchConfig, proxy: tuple[str, ...
     largest_scratch = report["subnets"]["largest"]["scratch"]["seconds"]
     row = {"name": name, "change": change, "date": str(datetime.date.today()), "recipe": report["recipe"],
            "proxy": list(proxy), "overrides": [o for o in cfg.overrides if o not in proxy],
+           "lr_grid": [cfg.scratch_lr and cfg.scratch_lr * f for f in cfg.lr_factors],
            "recipe_digest": report["recipe_digest"], "seeds": report["seeds"],
            "train_images": report["train_images"], "test_images": report["test_images"],
            "ps_seconds": report["ps_seconds"], "ps_train_images": report["ps_train_images"],
@@ -60,18 +61,21 @@ def record(name: str, change: str, cfg: bench.BenchConfig, proxy: tuple[str, ...
 
 def render(records: dict[str, dict[str, Any]]) -> str:
     """The markdown table: change -> PS top-1 and PS - scratch of each subnet, and the cost ratio."""
-    head = ("| run | change | train/test images | " + " | ".join(f"{n} PS (Δ)" for n in SHOWN)
+    head = ("| run | change | train/test images, scratch epochs, seeds | " + " | ".join(f"{n} PS (Δ)" for n in SHOWN)
             + " | PS s | PS / scratch-largest: wall (CPU) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in records.values():
         cells = [f"{r['subnets'][n]['ps']:.2f} ({r['subnets'][n]['delta']:+.2f})" for n in SHOWN]
-        lines.append(f"| {r['name']} | {r['change']} | {r['train_images']}/{r['test_images']} | "
+        epochs = r["subnets"]["largest"]["scratch_epochs"]
+        lines.append(f"| {r['name']} | {r['change']} | {r['train_images']}/{r['test_images']}, {epochs}, "
+                     f"{len(r['seeds'])} | "
                      + " | ".join(cells) + f" | {r['ps_seconds']:.0f} | {r['cost_ratio']:.2f} ({r['cpu_ratio']:.2f}) |")
     scratch = {}
     for r in records.values():
         key = (r["train_images"], r["test_images"], r["subnets"]["largest"]["scratch_epochs"])
         scratch.setdefault(key, {n: r["subnets"][n] for n in SHOWN})
-    lines += ["", "From-scratch twins (best of the lr grid on validation; test top-1 at E and 2E epochs):", "",
+    lines += ["", "From-scratch twins (test top-1 at E epochs, and at 2E where measured; the lr is the best of the "
+              "run's grid on validation):", "",
               "| train/test images | E | " + " | ".join(SHOWN) + " |", "|---|---|---|---|---|"]
     for (tr, te, epochs), subs in scratch.items():
         cells = [f"{s['scratch']:.2f} / {s['scratch_2x']:.2f} (lr {s['scratch_lr']:g})" if s["scratch_2x"] is not None
