@@ -60,3 +60,23 @@ def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("ps_vs_scratch: skipped: ") and "dataset-fashion-mnist" in lines[0]
     assert json.loads(lines[-1])["skipped"] and not list(tmp_path.iterdir())
+
+
+def test_ablation_records_a_run_and_renders_the_docs_table_from_records(tmp_path, monkeypatch, capsys):
+    _bench()
+    ablation = _load("ps_ablation")
+    monkeypatch.setattr(ablation, "RECORDS", tmp_path / "records.json")
+    monkeypatch.setattr(ablation, "DOC", tmp_path / "page.md")
+    (tmp_path / "page.md").write_text(f"intro\n{ablation.BEGIN}\nstale\n{ablation.END}\noutro\n")
+    common = ["--recipe", str(TINY_RECIPE), "--scratch-epochs", "2", "--lr-factors", "1", "--no-convergence",
+              "--cache", str(tmp_path / "cache"), "--proxy", "data.batch_size=16"]
+    assert ablation.main(["--name", "a", "--change", "as is", *common]) == 0
+    assert ablation.main(["--name", "b", "--change", "no KD", "--set", "distill.ratio=0", *common]) == 0
+    records = json.loads((tmp_path / "records.json").read_text())
+    assert [r["name"] for r in records] == ["a", "b"] and records[1]["overrides"] == ["distill.ratio=0"]
+    assert records[0]["recipe_digest"] != records[1]["recipe_digest"]
+    assert records[0]["subnets"]["largest"]["scratch"] == records[1]["subnets"]["largest"]["scratch"]  # one twin
+    page = (tmp_path / "page.md").read_text()
+    assert page.startswith("intro\n") and page.endswith("outro\n") and "stale" not in page
+    row = next(line for line in page.splitlines() if line.startswith("| b |"))
+    assert f"{records[1]['subnets']['smallest']['ps']:.2f} ({records[1]['subnets']['smallest']['delta']:+.2f})" in row
