@@ -51,7 +51,7 @@ BENCHMARKS: dict[str, tuple[list[str], str, list[str]]] = {
          "--no-convergence", "--json"],
     ),
     "ps_vs_scratch_fashion": (
-        ["bench/ps_vs_scratch.py", "--recipe", "fashion", "--json"],
+        ["bench/ps_vs_scratch.py", "--recipe", "fashion", "--scratch-epochs", "40", "--json"],
         "Fashion-MNIST: the same comparison on recipes/fashion_mnist.yaml",
         ["bench/ps_vs_scratch.py", "--recipe", "fashion", "--seeds", "0", "--random", "0", "--lr-factors", "1",
          "--no-convergence", "--set", "data.train_subset=2000", "--set", "data.test_subset=1000", "--json"],
