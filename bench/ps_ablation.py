@@ -70,17 +70,20 @@ def render(records: dict[str, dict[str, Any]]) -> str:
         lines.append(f"| {r['name']} | {r['change']} | {r['train_images']}/{r['test_images']}, {epochs}, "
                      f"{len(r['seeds'])} | "
                      + " | ".join(cells) + f" | {r['ps_seconds']:.0f} | {r['cost_ratio']:.2f} ({r['cpu_ratio']:.2f}) |")
-    scratch = {}
+    scratch: dict[tuple, dict[str, Any]] = {}
     for r in records.values():
         key = (r["train_images"], r["test_images"], r["subnets"]["largest"]["scratch_epochs"])
-        scratch.setdefault(key, {n: r["subnets"][n] for n in SHOWN})
-    lines += ["", "From-scratch twins (test top-1 at E epochs, and at 2E where measured; the lr is the best of the "
-              "run's grid on validation):", "",
-              "| train/test images | E | " + " | ".join(SHOWN) + " |", "|---|---|---|---|---|"]
+        if key not in scratch or r["subnets"]["largest"]["scratch_2x"] is not None:  # prefer checked twins
+            scratch[key] = {"grid": r.get("lr_grid"), **{n: r["subnets"][n] for n in SHOWN}}
+    lines += ["", "From-scratch twins: test top-1 at E epochs / at 2E where measured (the convergence check), "
+              "at the lr chosen on validation from the lr grid:", "",
+              "| train/test images | E | lr grid | " + " | ".join(SHOWN) + " |", "|---|---|---|---|---|---|"]
     for (tr, te, epochs), subs in scratch.items():
+        values = subs.pop("grid")
+        grid = ", ".join(f"{g:g}" for g in values) if values else "not recorded"
         cells = [f"{s['scratch']:.2f} / {s['scratch_2x']:.2f} (lr {s['scratch_lr']:g})" if s["scratch_2x"] is not None
                  else f"{s['scratch']:.2f} (lr {s['scratch_lr']:g})" for s in subs.values()]
-        lines.append(f"| {tr}/{te} | {epochs} | " + " | ".join(cells) + " |")
+        lines.append(f"| {tr}/{te} | {epochs} | {grid} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
