@@ -43,7 +43,7 @@ def record(name: str, change: str, cfg: bench.BenchConfig, proxy: tuple[str, ...
     largest_scratch = report["subnets"]["largest"]["scratch"]["seconds"]
     row = {"name": name, "change": change, "date": str(datetime.date.today()), "recipe": report["recipe"],
            "proxy": list(proxy), "overrides": [o for o in cfg.overrides if o not in proxy],
-           "lr_grid": [cfg.scratch_lr and cfg.scratch_lr * f for f in cfg.lr_factors],
+           "lr_grid": sorted(float(lr) for lr in report["subnets"]["largest"]["scratch"]["grid"]),
            "recipe_digest": report["recipe_digest"], "seeds": report["seeds"],
            "train_images": report["train_images"], "test_images": report["test_images"],
            "ps_seconds": report["ps_seconds"], "ps_train_images": report["ps_train_images"],
