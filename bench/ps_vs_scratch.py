@@ -1,73 +1,184 @@
-"""Progressive shrinking vs training from scratch: test top-1 of three subnets, both ways.
+"""Progressive shrinking vs training from scratch: test top-1 and cost of the same subnets, both ways.
 
-Trains the supernet with RECIPE (or takes a trained one with --supernet), then trains the
-smallest, a middle and the largest subnet as ordinary timm networks from scratch for the same
-total number of epochs (the recipe's optimizer, first-phase learning rate and warmup, cosine,
-same batch size and augmentation, no distillation, at the subnet's resolution) and evaluates all
-six on the test split (supernet subnets after BN recalibration).
+One side trains the supernet with the recipe (once per seed) and evaluates subnets taken from it
+(after BN recalibration, no retraining). The other trains each subnet alone as an ordinary timm
+network (the recipe's optimizer, batch size and augmentation, the first phase's warmup, cosine
+schedule, no distillation): a learning-rate grid (the first phase's lr times each factor) on the
+first seed picks the best on the validation split, the other seeds reuse it, and a run at twice
+the epochs checks that the baseline has converged (within ``CONVERGED_POINTS``). Subnets: the
+smallest, the middle (median MACs of seeded samples), the largest and ``--random`` more drawn by
+``--subnet-seed``. Cost: wall seconds and training images (subnet forward/backward passes x images).
 
-    python bench/ps_vs_scratch.py [RECIPE] [--out DIR] [--supernet PATH] [--set KEY=VALUE ...] [--json]
+Every finished run is cached as JSON under ``--cache`` by a digest of what determines it (the
+resolved recipe and seed for a supernet; the space, data, optimizer, subnet, lr, epochs and seed
+for a scratch run), so an interrupted or extended benchmark reruns nothing it has; a supernet run
+also resumes from its last checkpoint. A recipe whose data is missing is skipped with one line.
 
-Works with any recipe: digits by default, or one pointing at a torchvision dataset on disk.
+    python bench/ps_vs_scratch.py [--recipe digits|fashion|PATH] [--seeds 0 1] [--scratch-epochs N]
+        [--random 5] [--subnet-seed 0] [--lr-factors 0.5 1 2] [--set KEY=VALUE ...] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
-import math
+import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ofa.arch import Arch
-from ofa.bn import resize
-from ofa.data import LoaderOptions, build_data, make_loader, set_loader_epoch
-from ofa.encoding import sample_arch
-from ofa.errors import OFAError
-from ofa.evaluate import evaluate, evaluate_arch
-from ofa.space import SearchSpace
-from ofa.subnet import build_subnet
-from ofa.supernet import OFAMobileNetV3
-from ofa.train import Recipe, load_recipe, train
-from ofa.train.optim import build_optimizer, lr_at, set_lr
-from ofa.train.recipe import PhaseConfig
-
 ROOT = Path(__file__).resolve().parents[1]
-TARGET_POINTS = 0.5  # every progressive-shrinking subnet within this of its from-scratch twin, or better
+sys.path.insert(0, str(ROOT))
+
+from ofa.arch import Arch  # noqa: E402
+from ofa.bn import resize  # noqa: E402
+from ofa.config import apply_overrides  # noqa: E402
+from ofa.data import DataBundle, LoaderOptions, build_data, make_loader, set_loader_epoch  # noqa: E402
+from ofa.encoding import sample_arch  # noqa: E402
+from ofa.errors import OFAError  # noqa: E402
+from ofa.evaluate import evaluate, evaluate_arch  # noqa: E402
+from ofa.idx import FASHION_MNIST_ROOT, missing_fashion_mnist  # noqa: E402
+from ofa.io import read_json, read_yaml, write_json  # noqa: E402
+from ofa.space import SearchSpace  # noqa: E402
+from ofa.subnet import build_subnet  # noqa: E402
+from ofa.supernet import OFAMobileNetV3  # noqa: E402
+from ofa.train import Recipe, train  # noqa: E402
+from ofa.train.optim import build_optimizer, lr_at, set_lr  # noqa: E402
+from ofa.train.recipe import PhaseConfig, recipe_from_dict  # noqa: E402
+
+RECIPES = {"digits": ROOT / "recipes" / "digits.yaml", "fashion": ROOT / "recipes" / "fashion_mnist.yaml"}
+TARGET_POINTS = 0.5  # every PS subnet within this of its from-scratch twin, or better
+CONVERGED_POINTS = 0.3  # scratch top-1 at 2x epochs within this of top-1 at 1x: converged
+BUDGET_RATIO = 4.0  # PS wall seconds <= this x the largest subnet's scratch run
+DEFAULT_CACHE = ROOT / "runs" / "ps_vs_scratch"
 
 
-def middle_arch(space: SearchSpace, seed: int = 0, candidates: int = 1000) -> Arch:
-    """A subnet halfway between the smallest and the largest, in log MACs (from seeded samples)."""
-    target = math.sqrt(space.macs(space.min_arch()) * space.macs(space.max_arch()))
+@dataclass(frozen=True)
+class BenchConfig:
+    """What one benchmark invocation compares."""
+
+    recipe: str = "digits"
+    overrides: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = (0, 1)
+    scratch_epochs: int | None = None  # None: the recipe's total epochs
+    scratch_lr: float | None = None  # centre of the lr grid; None: the first phase's lr
+    random_subnets: int = 5
+    subnet_seed: int = 0
+    lr_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
+    convergence: bool = True
+    cache: Path = DEFAULT_CACHE
+
+
+def digest(obj: Any) -> str:
+    """Short stable hash of a JSON-able object (the cache key)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def missing_data(recipe_path: Path, overrides: tuple[str, ...]) -> str | None:
+    """Why the recipe's data is not on this machine (one line), or None."""
+    raw = apply_overrides(dict(read_yaml(recipe_path, "recipe")), overrides, str(recipe_path))
+    data = raw.get("data") or {}
+    if data.get("name") == "fashion_mnist":
+        return missing_fashion_mnist(data.get("root") or FASHION_MNIST_ROOT)
+    return None
+
+
+def bench_subnets(space: SearchSpace, seed: int, n_random: int, candidates: int = 1000) -> dict[str, Arch]:
+    """Smallest, middle (median MACs of ``candidates`` seeded samples), largest, then ``n_random`` random ones."""
     rng = np.random.default_rng(seed)
-    archs = [sample_arch(space, rng) for _ in range(candidates)]
-    return min(archs, key=lambda a: abs(math.log(space.macs(a) / target)))
+    pool = sorted((sample_arch(space, rng) for _ in range(candidates)), key=space.macs)
+    named = {"smallest": space.min_arch(), "middle": pool[len(pool) // 2], "largest": space.max_arch()}
+    rng = np.random.default_rng([seed, 1])
+    named.update({f"random_{i + 1}": sample_arch(space, rng) for i in range(n_random)})
+    return named
 
 
-def train_from_scratch(recipe: Recipe, arch: Arch, data, epochs: int, desc: str) -> torch.nn.Module:
+def cached(path: Path, compute) -> dict[str, Any]:
+    """The JSON at ``path``, or ``compute()`` written there first."""
+    if path.is_file():
+        return read_json(path, "cached benchmark run")
+    result = compute()
+    write_json(path, result)
+    return result
+
+
+# ------------------------------------------------------------------------------ progressive shrinking
+def ps_images(recipe: Recipe, train_images: int) -> dict[str, int]:
+    """Images read and subnet forward/backward passes x images of a whole supernet run."""
+    batch = recipe.data.batch_size
+    steps = train_images // batch
+    read = sum(p.total_epochs for p in recipe.phases) * steps * batch
+    passes = sum(p.total_epochs * p.subnets_per_step for p in recipe.phases) * steps * batch
+    return {"images_read": read, "train_images": passes}
+
+
+def ps_run(recipe: Recipe, subnets: dict[str, Arch], data: DataBundle, cache: Path) -> dict[str, Any]:
+    """Train (or resume, or reuse) the supernet of ``recipe`` and test every subnet taken from it."""
+    key = digest(recipe.to_dict())
+    run_dir = cache / f"ps-{key}"
+
+    def compute() -> dict[str, Any]:
+        path = run_dir / "supernet.pt" if (run_dir / "supernet.pt").exists() else train(recipe, run_dir, resume=True)
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        final = next(r for r in reversed(rows) if r["kind"] == "test")
+        net = OFAMobileNetV3.load(path)
+        calib = make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1)
+        test = make_loader(data.test, recipe.data.eval_batch_size, shuffle=False, seed=0)
+        top1 = {}
+        for name, arch in subnets.items():
+            set_loader_epoch(calib, 0)
+            top1[name] = evaluate_arch(net, arch, calib, test, recipe.eval.calib_batches)["top1"]
+        return {"kind": "ps", "seed": recipe.seed, "recipe_digest": key, "seconds": final["elapsed_s"],
+                "cpu_seconds": final.get("cpu_s"), "top1": top1,
+                **ps_images(recipe, len(data.train)), "archs": archs}
+
+    archs = {n: a.to_dict() for n, a in subnets.items()}
+    return cached(run_dir / f"eval-{digest(archs)}.json", compute)
+
+
+# ------------------------------------------------------------------------------ from scratch
+@dataclass(frozen=True)
+class ScratchRun:
+    """One subnet trained alone."""
+
+    arch: Arch
+    lr: float
+    epochs: int
+    seed: int
+
+    def key(self, recipe: Recipe) -> str:
+        r = recipe.to_dict()
+        return digest({"space": r["space"], "data": r["data"], "optimizer": r["optimizer"],
+                       "schedule": r["schedule"], "warmup": recipe.phases[0].warmup_epochs,
+                       "arch": self.arch.to_dict(), "lr": self.lr, "epochs": self.epochs, "seed": self.seed})
+
+
+def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: str) -> torch.nn.Module:
     """The static timm subnet trained alone with the recipe's optimizer settings."""
-    torch.manual_seed(recipe.seed)
-    model = build_subnet(recipe.space, arch)
-    first = recipe.phases[0]
-    schedule = PhaseConfig(name="scratch", epochs=epochs - first.warmup_epochs, warmup_epochs=first.warmup_epochs,
-                           lr=first.lr)
-    optimizer = build_optimizer(model, recipe.optimizer, first.lr)
-    loader = make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed, drop_last=True,
+    torch.manual_seed(run.seed)
+    model = build_subnet(recipe.space, run.arch)
+    warmup = min(recipe.phases[0].warmup_epochs, run.epochs - 1)
+    schedule = PhaseConfig(name="scratch", epochs=run.epochs - warmup, warmup_epochs=warmup, lr=run.lr)
+    optimizer = build_optimizer(model, recipe.optimizer, run.lr)
+    loader = make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=run.seed, drop_last=True,
                          options=LoaderOptions(num_workers=recipe.data.num_workers))
     steps = len(loader)
     model.train()
-    with tqdm(total=epochs * steps, desc=desc, unit="step", leave=False) as bar:
-        for epoch in range(epochs):
+    with tqdm(total=run.epochs * steps, desc=desc, unit="step", leave=False) as bar:
+        for epoch in range(run.epochs):
             set_loader_epoch(loader, epoch)
             for i, (x, y) in enumerate(loader):
                 set_lr(optimizer, lr_at(epoch * steps + i, steps, schedule, recipe.schedule))
-                loss = F.cross_entropy(model(resize(x, arch.resolution)), y,
+                loss = F.cross_entropy(model(resize(x, run.arch.resolution)), y,
                                        label_smoothing=recipe.optimizer.label_smoothing)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -78,67 +189,133 @@ def train_from_scratch(recipe: Recipe, arch: Arch, data, epochs: int, desc: str)
     return model
 
 
-def run(args: argparse.Namespace) -> dict:
-    recipe = load_recipe(args.recipe, args.set)
-    out = Path(args.out) if args.out else ROOT / "runs" / f"bench-{Path(args.recipe).stem}"
-    start = time.perf_counter()
-    ps_seconds = None
-    if args.supernet:
-        supernet = Path(args.supernet)
-    elif (out / "supernet.pt").exists():
-        supernet = out / "supernet.pt"
-        print(f"reusing {supernet} (delete it to train again)", file=sys.stderr)
-    else:  # resume=True: an interrupted benchmark continues where it stopped
-        supernet = train(recipe, out, resume=True)
-        ps_seconds = time.perf_counter() - start
-    net = OFAMobileNetV3.load(supernet)
-    if net.space != recipe.space:
-        raise OFAError(f"{supernet}: its search space is not the one of {args.recipe}")
+def scratch_run(recipe: Recipe, run: ScratchRun, data: DataBundle, cache: Path, desc: str) -> dict[str, Any]:
+    """Validation and test top-1, seconds and images of one cached from-scratch run."""
+    key = run.key(recipe)
+
+    def compute() -> dict[str, Any]:
+        start, cpu = time.perf_counter(), time.process_time()
+        model = train_from_scratch(recipe, run, data, desc)
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        val = make_loader(data.val, recipe.data.eval_batch_size, shuffle=False, seed=0)
+        test = make_loader(data.test, recipe.data.eval_batch_size, shuffle=False, seed=0)
+        images = run.epochs * (len(data.train) // recipe.data.batch_size) * recipe.data.batch_size
+        return {"kind": "scratch", "key": key, "arch": run.arch.to_dict(), "lr": run.lr, "epochs": run.epochs,
+                "seed": run.seed, "seconds": seconds, "cpu_seconds": cpu, "train_images": images,
+                "val_top1": evaluate(model, val, run.arch.resolution)["top1"],
+                "test_top1": evaluate(model, test, run.arch.resolution)["top1"]}
+
+    return cached(cache / f"scratch-{key}.json", compute)
+
+
+def scratch_twin(recipe: Recipe, name: str, arch: Arch, cfg: BenchConfig, data: DataBundle) -> dict[str, Any]:
+    """Best-of-grid learning rate (validation, first seed), every seed at it, and the 2x-epochs check."""
+    epochs = cfg.scratch_epochs or sum(p.total_epochs for p in recipe.phases)
+    first, base_lr = cfg.seeds[0], cfg.scratch_lr or recipe.phases[0].lr
+    grid = [scratch_run(recipe, ScratchRun(arch, base_lr * f, epochs, first), data, cfg.cache,
+                        f"scratch {name} lr {base_lr * f:g}") for f in cfg.lr_factors]
+    best = max(grid, key=lambda r: r["val_top1"])
+    runs = [best] + [scratch_run(recipe, ScratchRun(arch, best["lr"], epochs, s), data, cfg.cache,
+                                 f"scratch {name} seed {s}") for s in cfg.seeds[1:]]
+    out = {"lr": best["lr"], "epochs": epochs, "grid": {f"{r['lr']:g}": r["val_top1"] for r in grid},
+           "test_top1": statistics.mean(r["test_top1"] for r in runs), "seeds": [r["test_top1"] for r in runs],
+           "seconds": statistics.mean(r["seconds"] for r in runs),
+           "cpu_seconds": statistics.mean(r["cpu_seconds"] for r in runs), "train_images": best["train_images"]}
+    if cfg.convergence:
+        longer = scratch_run(recipe, ScratchRun(arch, best["lr"], 2 * epochs, first), data, cfg.cache,
+                             f"scratch {name} {2 * epochs} epochs")
+        out["test_top1_2x"] = longer["test_top1"]
+        out["converged"] = longer["test_top1"] - best["test_top1"] <= CONVERGED_POINTS
+    return out
+
+
+# ------------------------------------------------------------------------------ the comparison
+def load_bench_recipe(cfg: BenchConfig) -> tuple[Path, Recipe]:
+    path = RECIPES.get(cfg.recipe, Path(cfg.recipe))
+    raw = apply_overrides(dict(read_yaml(path, "recipe")), cfg.overrides, str(path))
+    return path, recipe_from_dict(raw, str(path))
+
+
+def run(cfg: BenchConfig) -> dict[str, Any]:
+    """Both sides for every subnet and seed; the report (also the JSON line)."""
+    path, recipe = load_bench_recipe(cfg)
+    cfg.cache.mkdir(parents=True, exist_ok=True)
     data = build_data(recipe.data)
-    calib = make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1)
-    test = make_loader(data.test, recipe.data.eval_batch_size, shuffle=False, seed=0)
-    epochs = sum(p.total_epochs for p in recipe.phases)
-    space = recipe.space
-    results = {}
-    subnets = {"smallest": space.min_arch(), "middle": middle_arch(space, recipe.seed), "largest": space.max_arch()}
-    ps = {}
+    subnets = bench_subnets(recipe.space, cfg.subnet_seed, cfg.random_subnets)
+    ps = [ps_run(dataclasses.replace(recipe, seed=s), subnets, data, cfg.cache) for s in cfg.seeds]
+    rows = {}
     for name, arch in subnets.items():
-        set_loader_epoch(calib, 0)  # BN calibration images as the trainer's evaluations use them
-        ps[name] = evaluate_arch(net, arch, calib, test, recipe.eval.calib_batches)["top1"]
-    for name, arch in subnets.items():
-        t0 = time.perf_counter()
-        model = train_from_scratch(recipe, arch, data, epochs, f"scratch {name}")
-        scratch = evaluate(model, test, arch.resolution)["top1"]
-        results[name] = {"arch": arch.to_dict(), "params": space.params(arch), "macs": space.macs(arch),
-                         "ps_top1": ps[name], "scratch_top1": scratch, "delta": ps[name] - scratch,
-                         "scratch_seconds": time.perf_counter() - t0}
-    return {"recipe": str(args.recipe), "supernet": str(supernet), "total_epochs": epochs,
-            "ps_train_seconds": ps_seconds, "test_images": len(data.test), "subnets": results,
-            "target_points": TARGET_POINTS,
-            "within_target": all(r["delta"] >= -TARGET_POINTS for r in results.values())}
+        twin = scratch_twin(recipe, name, arch, cfg, data)
+        ps_top1 = statistics.mean(r["top1"][name] for r in ps)
+        rows[name] = {"arch": arch.to_dict(), "macs": recipe.space.macs(arch), "params": recipe.space.params(arch),
+                      "ps_top1": ps_top1, "ps_seeds": [r["top1"][name] for r in ps], "scratch": twin,
+                      "delta": ps_top1 - twin["test_top1"]}
+    ps_seconds = statistics.mean(r["seconds"] for r in ps)
+    ps_cpu = statistics.mean(r.get("cpu_seconds") or float("nan") for r in ps)  # nan: resumed from an old checkpoint
+    budget = BUDGET_RATIO * rows["largest"]["scratch"]["seconds"]
+    return {"recipe": str(path), "recipe_digest": ps[0]["recipe_digest"], "seeds": list(cfg.seeds),
+            "subnet_seed": cfg.subnet_seed, "train_images": len(data.train), "test_images": len(data.test),
+            "ps_seconds": ps_seconds, "ps_cpu_seconds": ps_cpu,
+            "cpu_ratio": ps_cpu / rows["largest"]["scratch"]["cpu_seconds"],
+            "ps_train_images": ps[0]["train_images"], "ps_budget_seconds": budget,
+            "within_budget": ps_seconds <= budget, "subnets": rows, "target_points": TARGET_POINTS,
+            "within_target": all(r["delta"] >= -TARGET_POINTS for r in rows.values()),
+            "scratch_converged": all(r["scratch"].get("converged", True) for r in rows.values())}
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print(f"{report['recipe']}: {report['train_images']} train / {report['test_images']} test images, "
+          f"seeds {report['seeds']}")
+    print(f"{'subnet':<9} {'MMACs':>6} {'PS':>6} {'scratch':>7} {'PS-scr':>6} {'lr':>6} {'2x ep':>6} {'scr s':>6}")
+    for name, r in report["subnets"].items():
+        s = r["scratch"]
+        print(f"{name:<9} {r['macs'] / 1e6:>6.2f} {r['ps_top1']:>6.2f} {s['test_top1']:>7.2f} {r['delta']:>+6.2f} "
+              f"{s['lr']:>6.3g} {s.get('test_top1_2x', float('nan')):>6.2f} {s['seconds']:>6.0f}")
+    print(f"PS: {report['ps_seconds']:.0f} s, {report['ps_train_images']:,} subnet-images; budget "
+          f"{report['ps_budget_seconds']:.0f} s ({BUDGET_RATIO:g}x the largest subnet's scratch run): "
+          f"{'within' if report['within_budget'] else 'OVER'}")
+    print(f"every PS subnet within {TARGET_POINTS} points of scratch or better: "
+          f"{'yes' if report['within_target'] else 'no'}; scratch converged: "
+          f"{'yes' if report['scratch_converged'] else 'no'}")
+
+
+def parse_args(argv: list[str] | None) -> tuple[BenchConfig, bool]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipe", default="digits", help="digits, fashion, or a recipe path")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe value")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--scratch-epochs", type=int, help="epochs of each scratch run (default: the recipe's total)")
+    p.add_argument("--random", type=int, default=5, help="random subnets besides smallest/middle/largest")
+    p.add_argument("--subnet-seed", type=int, default=0, help="seed that draws the middle and random subnets")
+    p.add_argument("--scratch-lr", type=float, help="centre of the scratch lr grid (default: the first phase's lr)")
+    p.add_argument("--lr-factors", type=float, nargs="+", default=[0.5, 1.0, 2.0])
+    p.add_argument("--no-convergence", action="store_true", help="skip the 2x-epochs scratch runs")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="folder of finished runs")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    a = p.parse_args(argv)
+    if len(a.seeds) < 1 or (a.scratch_epochs is not None and a.scratch_epochs < 2) or a.random < 0:
+        p.error("need at least one seed, --scratch-epochs >= 2 and --random >= 0")
+    return BenchConfig(recipe=a.recipe, overrides=tuple(a.set), seeds=tuple(a.seeds),
+                       scratch_epochs=a.scratch_epochs, scratch_lr=a.scratch_lr, random_subnets=a.random,
+                       subnet_seed=a.subnet_seed,
+                       lr_factors=tuple(a.lr_factors), convergence=not a.no_convergence, cache=a.cache), a.json
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("recipe", nargs="?", default=str(ROOT / "recipes" / "digits.yaml"))
-    p.add_argument("--out", help="run folder for the supernet (default runs/bench-RECIPE)")
-    p.add_argument("--supernet", help="use this trained supernet instead of training one")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe value")
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    args = p.parse_args(argv)
+    cfg, as_json = parse_args(argv)
     try:
-        report = run(args)
+        why = missing_data(RECIPES.get(cfg.recipe, Path(cfg.recipe)), cfg.overrides)
+        if why:
+            print(f"ps_vs_scratch: skipped: {why}")
+            if as_json:
+                print(json.dumps({"recipe": cfg.recipe, "skipped": why}))
+            return 0
+        report = run(cfg)
     except OFAError as exc:
         print(f"ps_vs_scratch: error: {exc}", file=sys.stderr)
         return 2
-    print(f"{report['recipe']}: {report['total_epochs']} epochs each way, {report['test_images']} test images")
-    print(f"{'subnet':<9} {'params':>8} {'MMACs':>7} {'PS top-1':>9} {'scratch':>8} {'PS-scratch':>10}")
-    for name, r in report["subnets"].items():
-        print(f"{name:<9} {r['params']:>8,} {r['macs'] / 1e6:>7.2f} {r['ps_top1']:>9.2f} {r['scratch_top1']:>8.2f} "
-              f"{r['delta']:>+10.2f}")
-    verdict = "yes" if report["within_target"] else "no"
-    print(f"every PS subnet within {TARGET_POINTS} points of scratch or better: {verdict}")
-    if args.json:
+    print_report(report)
+    if as_json:
         print(json.dumps(report))
     return 0
 

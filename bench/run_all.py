@@ -5,7 +5,8 @@ CPU. Results are kept in bench/results.json: ``--only NAME`` reruns a subset and
 entries; an entry whose command is no longer the benchmark's command is stale and dropped. RESULTS.md
 is rendered from all entries, and README.md's results table (between the ``results:begin`` /
 ``results:end`` markers) is copied from the same entries, so no figure there is typed by hand.
-``--quick`` uses smaller settings and writes neither file. Long benchmarks run only when named.
+``--quick`` uses smaller settings and writes neither file. Long benchmarks run only when named (the
+progressive-shrinking ones cache their finished runs, so a rerun resumes).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class Benchmark:
 BENCHMARKS: dict[str, Benchmark] = {
     "elastic_overhead": Benchmark(
         ["bench/elastic_overhead.py", "--json"],
-        "one SGD step of the supernet / the extracted static model (target ≤ 1.03)",
+        "one SGD step of the supernet / the extracted static model, largest, middle (median MACs of 1,000 "
+        "seeded samples) and smallest subnet: median of per-round ratios and their interquartile range (target ≤ 1.03)",
         ["bench/elastic_overhead.py", "--json", "--rounds", "5"],
         {"overhead_max": "largest subnet", "overhead_min": "smallest subnet"},
     ),
@@ -78,7 +80,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         "median): the demo's exported models (runs/digits/export) and 8 random mbv3 subnets each at 160 and "
         "224 px on the shipped table (target ≥ 90% within ±10% per group, table built on this machine)",
         ["bench/standalone_latency.py", "--json", "--n", "2", "--calls", "50"],
-        {"demo_within_10pct": "demo models within ±10%", "mbv3_within_10pct": "mbv3 subnets within ±10%"},
+        {"demo_within_10pct": "demo models within ±10%", "subnets_within_10pct": "mbv3 subnets within ±10%"},
     ),
     "official_import": Benchmark(
         ["bench/official_import.py", "--json"],
@@ -88,11 +90,35 @@ BENCHMARKS: dict[str, Benchmark] = {
         {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
     ),
     "ps_vs_scratch": Benchmark(
-        ["bench/ps_vs_scratch.py", "recipes/digits.yaml", "--json"],
-        "test top-1 of 3 subnets: progressive shrinking vs the same subnet trained from scratch "
-        "(target: PS within 0.5 points or better)",
-        ["bench/ps_vs_scratch.py", "recipes/digits.yaml", "--json"],
-        {"delta_smallest": "PS − scratch, smallest", "delta_middle": "middle", "delta_largest": "largest"},
+        ["bench/ps_vs_scratch.py", "--recipe", "digits", "--json"],
+        "digits: test top-1 of 8 subnets, progressive shrinking vs the same subnet trained from scratch "
+        "(best of an lr grid, 2 seeds each side; target: PS within 0.5 points or better, PS at most 4x the "
+        "largest subnet's scratch run)",
+        ["bench/ps_vs_scratch.py", "--recipe", "digits", "--seeds", "0", "--random", "0", "--lr-factors", "1",
+         "--no-convergence", "--json"],
+        {"within_target": "every subnet within 0.5 points", "cpu_ratio": "PS / scratch-largest CPU time",
+         "scratch_converged": "scratch converged"},
+        on_request=True,
+    ),
+    "ps_vs_scratch_fashion": Benchmark(
+        ["bench/ps_vs_scratch.py", "--recipe", "fashion", "--scratch-epochs", "40", "--json"],
+        "Fashion-MNIST: the same comparison on recipes/fashion_mnist.yaml",
+        ["bench/ps_vs_scratch.py", "--recipe", "fashion", "--seeds", "0", "--random", "0", "--lr-factors", "1",
+         "--no-convergence", "--set", "data.train_subset=2000", "--set", "data.test_subset=1000", "--json"],
+        {"within_target": "every subnet within 0.5 points", "cpu_ratio": "PS / scratch-largest CPU time",
+         "scratch_converged": "scratch converged"},
+        on_request=True,
+    ),
+    "critical_batch": Benchmark(
+        ["bench/critical_batch.py", "recipes/digits.yaml", "--json"],
+        "critical batch size measured by training the full network to a fixed validation loss at batch sizes "
+        "16-512 (best of 3 learning rates each; fit S = S_min + E_min/B, B_crit = E_min/S_min, 68% interval) vs "
+        "the gradient noise scale B_simple at the reference run's weights at the target (goal: ratio in [0.5, 2])",
+        ["bench/critical_batch.py", "recipes/digits.yaml", "--json", "--batches", "32", "64", "128", "--target", "1.5",
+         "--max-epochs", "3", "--noise-steps", "2", "--noise-accumulate", "4", "--out",
+         "runs/bench/critical_batch_quick.png"],
+        {"b_crit": "B_crit", "b_simple": "B_simple", "ratio": "B_crit / B_simple", "ratio_low": "68% from",
+         "ratio_high": "to"},
         on_request=True,
     ),
 }
@@ -140,6 +166,25 @@ def _cell(value: object) -> str:
     return json.dumps(value) if isinstance(value, dict | list) else str(value)
 
 
+def _ps_table(result: dict) -> list[str]:
+    """PS vs scratch per subnet, then the cost line (the bench's JSON is nested)."""
+    lines = ["| subnet | MMACs | PS top-1 | scratch top-1 | PS − scratch | scratch lr | scratch at 2× epochs |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in result["subnets"].items():
+        s = r["scratch"]
+        twice = f"{s['test_top1_2x']:.2f}" if "test_top1_2x" in s else "not run"
+        lines.append(f"| {name} | {r['macs'] / 1e6:.2f} | {r['ps_top1']:.2f} | {s['test_top1']:.2f} | "
+                     f"{r['delta']:+.2f} | {s['lr']:g} | {twice} |")
+    largest = result["subnets"]["largest"]["scratch"]
+    lines += ["", f"{result['train_images']} training / {result['test_images']} test images, seeds {result['seeds']}. "
+              f"PS run {result['ps_seconds']:.0f} s ({result['ps_train_images']:,} subnet-images); largest subnet "
+              f"from scratch {largest['seconds']:.0f} s ({largest['train_images']:,} images); PS / scratch-largest "
+              f"{result['ps_seconds'] / largest['seconds']:.2f} (budget 4). Within 0.5 points everywhere: "
+              f"{'yes' if result['within_target'] else 'no'}; scratch converged: "
+              f"{'yes' if result['scratch_converged'] else 'no'}."]
+    return lines
+
+
 def render(runs: list[dict]) -> str:
     lines = [
         "# Benchmark results",
@@ -151,7 +196,11 @@ def render(runs: list[dict]) -> str:
     for run in runs:
         lines += [f"## {run['name']}", "", run["meaning"] + ".", "", f"`{run['command']}` "
                   f"(exit {run['exit']}, {run['seconds']} s, {run.get('date', '')}, {run.get('machine', '')})", ""]
-        if run["result"]:
+        if run["result"].get("skipped"):
+            lines.append(f"(skipped: {run['result']['skipped']})")
+        elif "ps_seconds" in run["result"]:  # the PS-vs-scratch report
+            lines += _ps_table(run["result"])
+        elif run["result"]:
             lines += ["| figure | value |", "|---|---|"]
             lines += [f"| {k} | {_cell(v)} |" for k, v in run["result"].items()]
         else:

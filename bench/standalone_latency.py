@@ -5,10 +5,11 @@ onnxruntime session with the settings tables are built with (1 intra-op thread, 
 optimizations), ``time.perf_counter`` around ``session.run``, 30 warm-up and 300 timed calls, the
 median. One model at a time, as a user benchmarks a model. Two groups:
 
-- demo: the models a pipeline run exported (default ``runs/digits/export``, every ``*.export.json``
-  there) against the latency their search predicted; skipped with one line when there are none;
-- mbv3: random mbv3 subnets (``--n`` per resolution, default 8 at 160 and 8 at 224 px) exported with
-  random weights, against a table built on this machine (default the shipped mbv3 table).
+- demo: the models a pipeline run exported (default ``runs/digits/export``: every ``NAME.export.json``
+  there, else every model folder's) against the latency their search predicted; skipped with one line
+  when there are none;
+- subnets: random subnets of a table's space (default the shipped mbv3 table, ``--n`` per resolution,
+  8 at 160 and 8 at 224 px) exported with random weights, against that table (built on this machine).
 
 One line per model, then (``--json``) a JSON object: the share within ±10% per group, MAPE, and whether
 the table was measured on this CPU.
@@ -69,7 +70,8 @@ def measure(model: str | bytes, warmup: int, calls: int) -> float:
 def demo_rows(folder: Path, warmup: int, calls: int) -> list[dict]:
     """Exported models with the latency their search predicted, measured by the plain loop."""
     rows = []
-    for summary_path in sorted(folder.rglob("*.export.json")):
+    summaries = sorted(folder.glob("*.export.json")) or sorted(folder.glob("*/model.export.json"))  # files or folders
+    for summary_path in summaries:
         summary = json.loads(summary_path.read_text())
         onnx_path = summary_path.with_name(summary_path.name.removesuffix(".export.json") + ".onnx")
         predicted = summary.get("predicted_latency_ms")
@@ -82,7 +84,7 @@ def demo_rows(folder: Path, warmup: int, calls: int) -> list[dict]:
     return rows
 
 
-def mbv3_rows(table_path: Path, resolutions: list[int], n: int, seed: int, warmup: int, calls: int) -> list[dict]:
+def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, warmup: int, calls: int) -> list[dict]:
     """Random subnets of the table's space, exported with random weights, predicted and measured."""
     from ofa.deploy.convert import export_onnx
     from ofa.encoding import sample_arch
@@ -96,7 +98,7 @@ def mbv3_rows(table_path: Path, resolutions: list[int], n: int, seed: int, warmu
         for _ in range(n):
             arch = sample_arch(space, rng, resolutions=[r])
             model = export_onnx(build_subnet(space, arch).eval(), (1, space.in_channels, r, r))
-            rows.append({"group": f"mbv3-{r}", "model": arch.short(), "predicted_ms": table.predict(arch),
+            rows.append({"group": f"{r}px", "model": arch.short(), "predicted_ms": table.predict(arch),
                          "measured_ms": measure(model, warmup, calls)})
     return rows
 
@@ -138,15 +140,16 @@ def main() -> int:
     if not demo:
         print(f"demo: no exported models with a predicted latency under {args.exports}; skipped "
               f"(run `make demo` first)")
-    mbv3 = mbv3_rows(args.table, args.resolutions, args.n, args.seed, args.warmup, args.calls)
-    for row in demo + mbv3:
+    subnets = subnet_rows(args.table, args.resolutions, args.n, args.seed, args.warmup, args.calls)
+    for row in demo + subnets:
         print(f"{row['group']:>9} predicted {row['predicted_ms']:8.4f} ms  plain loop {row['measured_ms']:8.4f} ms  "
               f"{100 * (row['predicted_ms'] / row['measured_ms'] - 1):+6.1f}%  {row['model']}")
     table_cpu = LatencyTable.load(args.table).meta.get("cpu")
     result = {
         "demo_n": len(demo), "demo_within_10pct": share_within(demo), "demo_mape": mape(demo),
-        "mbv3_n": len(mbv3), "mbv3_within_10pct": share_within(mbv3), "mbv3_mape": mape(mbv3),
-        **{f"mbv3_{r}_within_10pct": share_within([x for x in mbv3 if x["group"] == f"mbv3-{r}"])
+        "table": str(args.table.relative_to(ROOT) if args.table.is_relative_to(ROOT) else args.table),
+        "subnets_n": len(subnets), "subnets_within_10pct": share_within(subnets), "subnets_mape": mape(subnets),
+        **{f"subnets_{r}px_within_10pct": share_within([x for x in subnets if x["group"] == f"{r}px"])
            for r in args.resolutions},
         "table_measured_on_this_cpu": table_cpu == this_cpu(),
         "loop": f"{args.warmup} warm-up + {args.calls} timed session.run calls, median, perf_counter",

@@ -1,8 +1,10 @@
 """Datasets by name, deterministic splits, and loaders that shard and resume exactly.
 
 Names: ``digits`` (scikit-learn's bundled 8x8 handwritten digits, the embedded default),
-``synthetic`` (small, generated, learnable: for tests), ``imagefolder`` (a class-per-folder tree)
-and any torchvision classification dataset read from a local ``root`` (never downloaded).
+``fashion_mnist`` (a local copy of the IDX files, see `ofa.idx`), ``synthetic`` (small, generated,
+learnable: for tests), ``imagefolder`` (a class-per-folder tree) and any torchvision classification
+dataset read from a local ``root`` (never downloaded). ``train_subset`` / ``test_subset`` take a
+seeded, stratified subset of either split for quick runs; validation is carved from the train subset.
 
 Every split yields ``(normalized float image C×H×W at the base image size, int label)``; the
 training loop resizes batches to the elastic resolution. Random augmentation is seeded per
@@ -31,8 +33,10 @@ from torchvision.transforms import v2
 
 from ofa.config import ConfigError, parse_section, section_to_dict
 from ofa.errors import OFAError
+from ofa.idx import FASHION_MNIST_CLASSES, FASHION_MNIST_ROOT, load_split, missing_fashion_mnist
 
-BUILTIN_NAMES = ("digits", "synthetic", "imagefolder")
+BUILTIN_NAMES = ("digits", "fashion_mnist", "synthetic", "imagefolder")
+TENSOR_NAMES = ("digits", "fashion_mnist", "synthetic")  # held in memory as tensors at image_size
 STATS_SAMPLES = 1000  # images used to estimate mean/std when the recipe does not give them
 
 
@@ -59,6 +63,8 @@ class DataConfig:
     num_workers: int = 0
     val_fraction: float = 0.1
     test_fraction: float = 0.2
+    train_subset: int | None = None  # seeded stratified subset of the train split (before validation)
+    test_subset: int | None = None  # seeded stratified subset of the test split
     train_split: str = "train"
     test_split: str | None = "test"
     augment: Literal["none", "light", "crop_flip", "inception"] = "light"
@@ -113,12 +119,21 @@ def parse_data_config(value: Any, where: str = "data") -> DataConfig:
         fail("std", "mean and std must be given together, with one value per channel")
     if cfg.std is not None and min(cfg.std) <= 0:
         fail("std", f"must be positive, got {list(cfg.std)}")
+    for key in ("train_subset", "test_subset"):
+        if getattr(cfg, key) is not None and getattr(cfg, key) < 2:
+            fail(key, f"must be >= 2 images or null (the whole split), got {getattr(cfg, key)}")
     syn = cfg.synthetic
     for key in ("train_size", "test_size", "num_classes", "channels"):
         if getattr(syn, key) < 1:
             fail(f"synthetic.{key}", f"must be positive, got {getattr(syn, key)}")
     if cfg.name in ("digits", "synthetic"):
         return cfg
+    if cfg.name == "fashion_mnist":
+        root = Path(os.path.expanduser(cfg.root or FASHION_MNIST_ROOT)).absolute()
+        problem = missing_fashion_mnist(root)
+        if problem:
+            fail("root", problem)
+        return dataclasses.replace(cfg, root=str(root))
     if cfg.name != "imagefolder" and _torchvision_class(cfg.name) is None:
         fail("name", f"{cfg.name!r} is not digits, synthetic, imagefolder or a torchvision dataset")
     if not cfg.root:
@@ -200,7 +215,7 @@ def _transforms(augment: str, size: int, mean: Sequence[float], std: Sequence[fl
 
 
 def _split(indices: np.ndarray, labels: np.ndarray | None, fraction: float, seed: int) -> tuple[np.ndarray, ...]:
-    """Stratified (when labels allow it) seeded split into (keep, held_out)."""
+    """Stratified (when labels allow it) seeded split into (keep, held_out); an integer ``fraction`` is a count."""
     strat = labels[indices] if labels is not None else None
     try:
         keep, held = train_test_split(indices, test_size=fraction, stratify=strat, random_state=seed)
@@ -233,6 +248,15 @@ def _digits(cfg: DataConfig) -> tuple[TensorDataset, TensorDataset, list[str]]:
     return source, source, [str(c) for c in digits.target_names]
 
 
+def _fashion_mnist(cfg: DataConfig) -> tuple[TensorDataset, TensorDataset, list[str]]:
+    def split(name: str) -> TensorDataset:
+        images, labels = load_split(cfg.root, name)
+        x = torch.from_numpy(images).unsqueeze(1).float() / 255.0
+        return TensorDataset(_upsample(x, cfg.image_size, antialias=True), torch.from_numpy(labels))
+
+    return split("train"), split("test"), list(FASHION_MNIST_CLASSES)
+
+
 def _synthetic(cfg: DataConfig) -> tuple[TensorDataset, TensorDataset, list[str]]:
     syn = cfg.synthetic
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -247,10 +271,18 @@ def _synthetic(cfg: DataConfig) -> tuple[TensorDataset, TensorDataset, list[str]
     return make(syn.train_size), make(syn.test_size), [f"class{i}" for i in range(syn.num_classes)]
 
 
-def _upsample(images: torch.Tensor, size: int) -> torch.Tensor:
+def _upsample(images: torch.Tensor, size: int, antialias: bool = False) -> torch.Tensor:
     if images.shape[-1] == size:
         return images
-    return torch.nn.functional.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+    return torch.nn.functional.interpolate(images, size=(size, size), mode="bilinear", align_corners=False,
+                                           antialias=antialias)
+
+
+def _subset(indices: np.ndarray, labels: np.ndarray | None, size: int | None, seed: int) -> np.ndarray:
+    """A seeded stratified ``size``-image subset of ``indices`` (all of them when ``size`` is null or larger)."""
+    if size is None or size >= len(indices):
+        return indices
+    return _split(indices, labels, len(indices) - size, seed)[0]
 
 
 def _labels_of(ds: Any) -> np.ndarray | None:
@@ -299,9 +331,11 @@ def _open_torchvision(cfg: DataConfig, where: str) -> tuple[Dataset, Dataset | N
 def build_data(data_cfg: Mapping[str, Any] | DataConfig, source: str = "data") -> DataBundle:
     """Build the train/val/test splits named by a recipe's data section (validated first)."""
     cfg = parse_data_config(data_cfg, source)
-    pil = cfg.name not in ("digits", "synthetic")
+    pil = cfg.name not in TENSOR_NAMES
     if cfg.name == "digits":
         pool, test_src, names = _digits(cfg)
+    elif cfg.name == "fashion_mnist":
+        pool, test_src, names = _fashion_mnist(cfg)
     elif cfg.name == "synthetic":
         pool, test_src, names = _synthetic(cfg)
     else:
@@ -313,6 +347,8 @@ def build_data(data_cfg: Mapping[str, Any] | DataConfig, source: str = "data") -
         test_src = pool
     else:
         test_idx = np.arange(len(test_src))
+    all_idx = _subset(all_idx, labels, cfg.train_subset, cfg.seed)
+    test_idx = _subset(test_idx, labels if test_src is pool else _labels_of(test_src), cfg.test_subset, cfg.seed)
     train_idx, val_idx = _split(all_idx, labels, cfg.val_fraction, cfg.seed)
     if len(train_idx) == 0 or len(val_idx) == 0 or len(test_idx) == 0:
         raise ConfigError(f"{source}: too few images to carve train/val/test splits")

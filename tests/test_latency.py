@@ -26,6 +26,7 @@ from ofa.deploy.timing import (
     Interleaved,
     Standalone,
     TimingConfig,
+    block_figure,
     measure_latencies,
     measure_onnx,
     noise_pct,
@@ -239,6 +240,9 @@ def test_noise_criterion_flags_blocks_that_disagree():
     assert stats["q"]["spread_pct"] == 100.0  # most blocks preempted: measured, but too noisy to trust
     assert runs["r"].invocations == 9 and stats["r"]["count"] == 6 and stats["r"]["mean_ms"] == 1.0  # timed again
     assert stats["r"]["spread_pct"] == 0.0
+    wall, cpu = np.array([1.0, 9.0, 1.2, 9.0, 1.1]), np.array([1.0, 1.0, 1.2, 1.1, 1.1])
+    assert block_figure(wall, cpu, "wall") == (1.1, True)  # the two preempted calls left out
+    assert block_figure(wall, cpu * 0.1, "wall", one_thread=False) == (1.2, True)  # worker threads: CPU says nothing
 
 
 def test_too_noisy_build_stops_in_one_line_and_keeps_what_was_measured(tmp_path, monkeypatch, capsys):

@@ -1,15 +1,24 @@
-"""Gradient noise scale: the estimator against closed-form tr(Σ) and |G|², and `ofa noise-scale`."""
+"""Gradient noise scale: the estimator against closed-form tr(Σ) and |G|², the batch-size advice it gives
+in `ofa noise-scale` and in the training log."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 from conftest import TINY_RECIPE as TINY
 
 from ofa.cli import main
-from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator, grad_sq_norm, suggest_batch_size
+from ofa.train.noise_scale import (
+    MicroBatchGradNorms,
+    NoiseScaleEstimator,
+    batch_advice,
+    grad_sq_norm,
+    steps_factor,
+    suggest_batch_size,
+)
 
 
 def _measure(estimator: NoiseScaleEstimator, steps: int, dim: int, delta: torch.Tensor, sigma: float,
@@ -75,11 +84,38 @@ def test_cli_measures_a_phase(capsys, tmp_path):
     assert result["updates"] == 3 and result["trace_sigma"] > 0
     assert result["current_global_batch"] == 16
 
+    assert result["advice"] == batch_advice(16, result["b_simple"], result["train_images"])
+
     assert main(["noise-scale", str(TINY), "--steps", "2", "--accumulate", "2"]) == 0
     out = capsys.readouterr().out
     assert "phase 'full'" in out and "tr(Σ)" in out
+    assert re.search(r"^  batch 16 is ~[0-9.]+× the noise scale \(B_simple ≈ \d+\)", out, re.M), out
 
     assert main(["noise-scale", str(TINY), "--run", str(tmp_path / "missing")]) == 2
     assert "no checkpoint to measure" in capsys.readouterr().err
     assert main(["noise-scale", str(TINY), "--phase", "nope"]) == 2
     assert "no phase named 'nope'" in capsys.readouterr().err
+
+
+def test_advice_says_where_the_batch_sits_and_agrees_with_the_one_suggestion():
+    below = batch_advice(64, 320.0, 50_000)
+    assert below.startswith("batch 64 is ~0.2× the noise scale (B_simple ≈ 320)")
+    assert "larger batches (more processes) cut steps almost linearly up to ~5×" in below
+    assert f"suggested global batch {suggest_batch_size(320.0, 50_000)}" in below  # 256
+    assert f"~{steps_factor(64, 256, 320.0):.2g}× fewer steps" in below  # (1 + 5) / (1 + 1.25) = 2.7
+    above = batch_advice(1024, 100.0, 50_000)
+    assert "~10× the noise scale" in above and "larger batches mostly add compute" in above
+    assert "suggested global batch 128" in above and "fewer examples" in above
+    assert "about the critical batch; keep it" in batch_advice(128, 120.0, 50_000)
+    assert "not measurable" in batch_advice(64, None, 50_000)
+    assert steps_factor(64, 64, 320.0) == 1.0 and steps_factor(64, 128, 1e9) == pytest.approx(2.0)
+
+
+def test_training_log_ends_each_phase_with_the_advice(capsys, tmp_path):
+    assert main(["train", str(TINY), "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    for row in (r for r in rows if r["kind"] == "phase"):
+        line = f"{row['phase']}: {batch_advice(16, row['noise_scale']['b_simple'], 160)}"
+        assert re.search(f"^{re.escape(line)}$", out, re.M), (line, out)
+        assert re.match(rf"{row['phase']}: batch 16 is ~[0-9.]+× the noise scale", line), line

@@ -22,14 +22,14 @@ import yaml
 from ofa.cli import main
 from ofa.deploy.convert import read_metadata
 from ofa.deploy.lut_build import TableBuildConfig, build_table
-from ofa.deploy.timing import Protocol
+from ofa.deploy.timing import Standalone
 from ofa.pipeline import Pipeline, PipelineConfig
 from ofa.supernet import OFAMobileNetV3
 from ofa.train import load_recipe
 from search.latency import LatencyTable
 
 CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "ofa_mbv3_w0.5_c10_random.pth"
-FAST = Protocol(warmup=1, rounds=3, prime=1, calls=1, keep=0.5, trim=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3)
 
 
 def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys):

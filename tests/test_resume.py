@@ -45,7 +45,7 @@ def _state(path: Path) -> dict[str, torch.Tensor]:
 
 def _epoch_rows(out: Path) -> list[dict]:
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    drop = ("seconds", "images_per_s", "elapsed_s")
+    drop = ("seconds", "images_per_s", "elapsed_s", "cpu_s")
     return [{k: v for k, v in r.items() if k not in drop} for r in rows]
 
 

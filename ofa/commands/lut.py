@@ -31,8 +31,8 @@ def register(subparsers: Any) -> None:
     build.add_argument("--calls", type=int, help="timed calls per block (default 50) or per round (default 2)")
     build.add_argument("--warmup", type=int, help="untimed calls before each block (default 10)")
     build.add_argument("--max-noise", type=float, default=5.0, metavar="PCT",
-                       help="a resolution whose probes' block medians spread more (IQR, %% of median) is timed "
-                            "again, and after 3 tries the build stops without writing it (default 5)")
+                       help="a resolution whose whole subnets' block medians spread more (IQR, %% of median) is "
+                            "timed again, and after 3 tries the build stops without writing it (default 5)")
     build.add_argument("--calibrate", type=int, default=10,
                        help="whole subnets per resolution for the correction (0: none; default 10)")
     build.add_argument("--device", help="device name stored in meta (default: host name)")

@@ -1,8 +1,8 @@
 """``ofa noise-scale RECIPE [--steps N]``: gradient noise scale and a batch size to train with.
 
 Measures B_simple = tr(Σ)/|G|² (McCandlish et al. 2018) for one phase at the weights of a run's
-newest checkpoint (``--run``) or of a fresh network, prints the critical batch size estimate and
-a suggested batch size.
+newest checkpoint (``--run``) or of a fresh network, prints the critical batch size estimate, where
+the recipe's global batch sits relative to it, and the one suggested batch size with its learning rate.
 """
 
 from __future__ import annotations
@@ -46,9 +46,8 @@ def run(args: argparse.Namespace) -> int:
               "use more --steps or a larger --accumulate)")
         return 0
     print(f"  critical batch size (B_simple) ≈ {b:.0f} images")
-    suggested, now = result.suggested_batch, result.current_global_batch
-    lr = result.lr * suggested / now
-    capped = " (capped at a quarter of the training set)" if suggested * 1.5 < b else ""
-    print(f"  suggested global batch size: {suggested}{capped} (now {now}); "
-          f"with linear scaling its learning rate is {lr:.3g} (now {result.lr:.3g})")
+    print(f"  {result.advice}")
+    capped = " (capped at a quarter of the training set)" if result.suggested_batch * 1.5 < b else ""
+    print(f"  at global batch {result.suggested_batch}{capped} the learning rate by the paper's rule "
+          f"ε ∝ 1/(1 + B_simple/B) is {result.suggested_lr:.3g} (now {result.lr:.3g} at {result.current_global_batch})")
     return 0

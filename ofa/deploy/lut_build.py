@@ -6,10 +6,11 @@ in the same shuffled blocks (`ofa.deploy.timing`, standalone by default), so the
 the subnets sees the machine in the state the layers saw. After each resolution the table is rewritten
 atomically; an interrupted build resumes from the resolutions already done and never re-measures them.
 
-A resolution whose probes vary more than ``max_noise_pct`` between blocks (`NOISE_CRITERION`) is timed
-again, up to ``NOISE_ATTEMPTS`` times; still too noisy, the build stops with one line and writes
-nothing for it: a table never holds figures the machine could not measure. Each resolution's noise is
-recorded in ``meta.noise``.
+A resolution whose whole subnets (probes and calibration subnets: a wrong one would bend the
+correction) vary more than ``max_noise_pct`` between blocks (`NOISE_CRITERION`) is timed again, up to
+``NOISE_ATTEMPTS`` times; still too noisy, the build stops with one line and writes nothing for it: a
+table never holds figures the machine could not measure. Each resolution's noise is recorded in
+``meta.noise``.
 """
 
 from __future__ import annotations
@@ -261,7 +262,7 @@ def _measure_resolution(space: SearchSpace, r: int, modules: LayerModules, meta:
     if meta["overhead_ms"] is None and not cfg.backend.startswith("torch"):
         extra["<empty>"] = empty_runner(cfg.backend, cfg.batch, cfg.threads)
     models = {**layers, **extra, **subnets, **probe_runners}
-    stats = _time_quietly(models, list(probe_runners) or list(subnets) or list(models), r, meta, cfg)
+    stats = _time_quietly(models, [*probe_runners, *subnets] or list(models), r, meta, cfg)
     meta.setdefault("probes", {})[r] = [{"arch": a.to_dict(), "measured_ms": round(stats[name]["mean_ms"], 6)}
                                         for a, name in zip(probes, probe_runners)]
     if meta["overhead_ms"] is None:
@@ -278,7 +279,7 @@ def _measure_resolution(space: SearchSpace, r: int, modules: LayerModules, meta:
 
 def _time_quietly(models: Mapping[str, Runner], judged: Sequence[str], r: int, meta: dict[str, Any],
                   cfg: TableBuildConfig) -> dict[str, Stats]:
-    """Time ``models`` until the ``judged`` ones (the probes) are quiet enough; record the noise in meta.
+    """Time ``models`` until the ``judged`` ones (whole subnets) are quiet enough; record the noise in meta.
 
     Raises `OFAError` (one line, nothing written for ``r``) after `NOISE_ATTEMPTS` noisy timings.
     """
@@ -293,7 +294,7 @@ def _time_quietly(models: Mapping[str, Runner], judged: Sequence[str], r: int, m
             record["per_resolution"][r] = {"noise_pct": noise[-1], "max_pct": cfg.max_noise_pct, "attempts": attempt}
             return stats
     kept = meta["resolutions_done"]
-    raise OFAError(f"{cfg.out}: too noisy to measure at {r} px: probe block medians varied by "
+    raise OFAError(f"{cfg.out}: too noisy to measure at {r} px: whole subnets' block medians varied by "
                    f"{', '.join(f'{n:.1f}%' for n in noise)} (interquartile range / median) in {NOISE_ATTEMPTS} "
                    f"attempts, more than --max-noise {cfg.max_noise_pct:g}%; nothing written for {r} px"
                    f"{f' (resolutions {kept} kept; rerun to resume)' if kept else ''}")

@@ -9,15 +9,16 @@ models are timed in a new shuffled order in every block, so a slow minute of the
 of many models rather than every block of a few; a model's latency is the median of its block medians.
 
 On a machine shared with other processes a call the OS preempted times them, not the model: its wall
-time exceeds the thread's CPU time by far more than the call's own bookkeeping. Such calls are left
+time exceeds the thread's CPU time by far more than the call's own bookkeeping (a model running in
+the calling thread alone, i.e. one CPU thread; others keep every call). Such calls are left
 out (``PREEMPTED_*``); a block with fewer than ``MIN_CLEAN`` of its calls left does not count, and is
 timed again after the regular blocks (at most ``RETRY_PASSES`` passes over the models still short of
 blocks: load on a shared machine comes in bursts). On an idle machine no call is left out, and the
 figure is exactly a plain wall-clock loop's median.
 
 How far the kept block medians spread is the measurement's own noise: `noise_pct` (their interquartile
-range in % of their median, worst of the probe models; 100% for a model that kept fewer than half its
-blocks) is what "too noisy to measure" is judged on.
+range in % of their median, worst of the models judged: a table's whole subnets; 100% for a model that
+kept fewer than half its blocks) is what "too noisy to measure" is judged on.
 
 `Interleaved` is the older protocol, kept as an explicit option: shuffled rounds that time every model
 once or twice and move on, the quietest half of the rounds kept, on the thread's CPU clock by default
@@ -43,11 +44,11 @@ from search.latency import LatencyTable
 Stats = dict[str, float | int]  # {mean_ms: the protocol's figure, std_ms, count, spread_pct}
 CLOCK_NAMES = {"wall": "wall", "thread": "thread-cpu-time"}
 DEFAULT_MAX_NOISE_PCT = 5.0
-NOISE_CRITERION = ("interquartile range of a probe model's repeated figures (block medians), % of their median; "
-                   "100 where it kept fewer than half its blocks")
+NOISE_CRITERION = ("interquartile range of a whole subnet's repeated figures (block medians), % of their median, "
+                   "worst of the probe and calibration subnets; 100 where one kept fewer than half its blocks")
 PREEMPTED_SHARE, PREEMPTED_MIN_MS = 0.05, 0.02  # wall - CPU time above max(5% of the call, 20 us): preempted
 MIN_CLEAN = 0.25  # share of a block's calls that must run unpreempted for the block to count
-RETRY_PASSES = 10  # extra passes over the models with blocks that did not count
+RETRY_PASSES = 5  # extra passes over the models with blocks that did not count
 
 
 def _check_fields(protocol: Any, least: Mapping[str, int], clocks: Sequence[str]) -> None:
@@ -93,9 +94,11 @@ class Standalone:
         medians: dict[str, list[tuple[float, bool]]] = {name: [] for name in names}
 
         def block(name: str) -> None:
+            runner = runners[name]
             if self.warmup:
-                runners[name].times(self.warmup)
-            medians[name].append(block_figure(*runners[name].times(self.calls), self.clock))
+                runner.times(self.warmup)
+            one_thread = runner.device == "cpu" and runner.threads == 1
+            medians[name].append(block_figure(*runner.times(self.calls), self.clock, one_thread))
 
         for _ in range(self.blocks):
             for i in rng.permutation(len(names)):
@@ -200,13 +203,16 @@ def time_models(runners: Mapping[str, Runner], protocol: Protocol,
 
 
 # --------------------------------------------------------------------------------- statistics
-def block_figure(wall_ms: np.ndarray, cpu_ms: np.ndarray, clock: str) -> tuple[float, bool]:
+def block_figure(wall_ms: np.ndarray, cpu_ms: np.ndarray, clock: str, one_thread: bool = True) -> tuple[float, bool]:
     """A block's median call and whether the block counts: on the wall clock, over the calls not preempted.
 
     A wall-clock block with fewer than ``MIN_CLEAN`` calls left gives its plain median and does not count.
+    Only a model running in the calling thread alone (``one_thread``) can be told preempted.
     """
     if clock == "thread":
         return float(np.median(cpu_ms)), True
+    if not one_thread:
+        return float(np.median(wall_ms)), True
     clean = wall_ms - cpu_ms <= np.maximum(PREEMPTED_SHARE * wall_ms, PREEMPTED_MIN_MS)
     if clean.mean() < MIN_CLEAN:
         return float(np.median(wall_ms)), False

@@ -40,37 +40,57 @@ class ElasticDepthwiseConv2d(nn.Module):
         super().__init__()
         self.kernels = tuple(sorted(kernels, reverse=True))
         self.stride = stride
-        self.weight = nn.Parameter(torch.empty(channels, 1, self.kernels[0], self.kernels[0]))
+        big = self.kernels[0]
+        self.weight = nn.Parameter(torch.empty(channels, 1, big, big))
         nn.init.kaiming_normal_(self.weight, mode="fan_out")
         self.transforms = nn.ParameterDict({
             f"{big}to{small}": nn.Parameter(torch.eye(small * small))
             for big, small in zip(self.kernels, self.kernels[1:])
         })
+        # Constants of the folded transform chain (buffers so they follow the module's device).
+        self.register_buffer("identity", torch.eye(big * big), persistent=False)
+        for size, small in zip(self.kernels, self.kernels[1:]):
+            self.register_buffer(f"centre_{size}to{small}", _centre_index(size, small), persistent=False)
 
-    def active_weight(self, channels: int, kernel: int) -> torch.Tensor:
-        weight = self.weight[:channels]
-        size = self.kernels[0]
+    def kernel_matrix(self, kernel: int) -> torch.Tensor:
+        """The (k², K²) matrix taking a flattened largest kernel to its transformed k×k kernel.
+
+        Crop-then-transform at each size is linear, so the chain folds into one small matrix built
+        from the transforms alone; all channels then take a single matmul, and backward needs no
+        crops, copies or zero-filled gradients of intermediate kernels.
+        """
+        matrix, size = self.identity, self.kernels[0]
         for small in self.kernels[1:]:
             if kernel > small:
                 break
-            start = (size - small) // 2
-            centre = weight[:, :, start:start + small, start:start + small].reshape(-1, small * small)
-            weight = F.linear(centre, self.transforms[f"{size}to{small}"]).view(channels, 1, small, small)
+            key = f"{size}to{small}"
+            matrix = torch.mm(self.transforms[key], matrix.index_select(0, getattr(self, f"centre_{key}")))
             size = small
-        return weight
+        return matrix
+
+    def active_weight(self, channels: int, kernel: int) -> torch.Tensor:
+        weight = self.weight[:channels]  # a view: the prefix of a contiguous tensor is contiguous
+        if kernel == self.kernels[0]:
+            return weight
+        flat = torch.mm(weight.view(channels, -1), self.kernel_matrix(kernel).t())
+        return flat.view(channels, 1, kernel, kernel)
 
     def forward(self, x: torch.Tensor, kernel: int) -> torch.Tensor:
         channels = x.shape[1]
         return F.conv2d(x, self.active_weight(channels, kernel), None, self.stride, kernel // 2, 1, channels)
 
 
+def _centre_index(size: int, small: int) -> torch.Tensor:
+    """Flat positions of the centre small×small window in a size×size kernel, row-major."""
+    start = (size - small) // 2
+    return torch.arange(size * size).view(size, size)[start:start + small, start:start + small].reshape(-1)
+
+
 class ElasticBatchNorm2d(nn.BatchNorm2d):
     """Batch norm over the first C channels of its statistics and affine parameters."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        c = x.shape[1]
-        if c == self.num_features:
-            return super().forward(x)
+        c = x.shape[1]  # slicing all C channels returns the tensor itself, so the full width costs nothing
         factor = self.momentum
         if self.training:
             self.num_batches_tracked.add_(1)
@@ -99,8 +119,12 @@ class ElasticSqueezeExcite(nn.Module):
         }
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        p = self.active_params(x.shape[1])
-        s = x.mean((2, 3), keepdim=True)
-        s = F.relu(F.conv2d(s, p["conv_reduce.weight"], p["conv_reduce.bias"]))
-        s = F.conv2d(s, p["conv_expand.weight"], p["conv_expand.bias"])
-        return x * F.hardsigmoid(s)
+        """The 1x1 convolutions of timm's SE run as matmuls on the pooled vector: the same sums,
+        without a convolution's setup or the contiguous copies a conv makes of 2-D weight slices."""
+        n, c = x.shape[:2]
+        r = se_channels(c)
+        reduce, expand = self.conv_reduce, self.conv_expand
+        s = x.mean((2, 3))
+        s = F.relu_(F.linear(s, reduce.weight.view(reduce.weight.shape[:2])[:r, :c], reduce.bias[:r]))
+        s = F.linear(s, expand.weight.view(expand.weight.shape[:2])[:c, :r], expand.bias[:c])
+        return x * F.hardsigmoid(s).view(n, c, 1, 1)

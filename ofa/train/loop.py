@@ -31,7 +31,7 @@ from ofa.supernet import OFAMobileNetV3
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distill import frozen_teacher, soft_cross_entropy
 from ofa.train.distributed import DistEnv, all_reduce_sum, average_gradients, broadcast_state, process_group
-from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator
+from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator, batch_advice
 from ofa.train.optim import build_optimizer, lr_at, set_lr
 from ofa.train.plots import plot_training_curves
 from ofa.train.recipe import PhaseConfig, Recipe, load_recipe
@@ -138,8 +138,9 @@ class Trainer:
         # Position of the next step to run, and what the current epoch has accumulated so far.
         self.phase = self.epoch = self.step = self.global_step = 0
         self.epoch_loss, self.epoch_steps, self.epoch_seconds, self.elapsed = 0.0, 0, 0.0, 0.0
+        self.elapsed_cpu = 0.0  # this process's CPU seconds: a cost that other load on the machine does not inflate
         self.last_lr = 0.0
-        self._clock = time.perf_counter()
+        self._clock, self._cpu_clock = time.perf_counter(), time.process_time()
         if self.out is not None:
             self.store = CheckpointStore(self.out / "checkpoints", recipe.checkpoint.keep)
             self.metrics = MetricsLog(self.out / "metrics.jsonl", env.is_main)
@@ -338,6 +339,8 @@ class Trainer:
         if last:
             self.metrics.write({"kind": "phase", "phase": phase.name, "phase_index": p, "step": self.global_step,
                                 "elapsed_s": self.elapsed, "noise_scale": noise})
+            if noise:  # what the phase's noise scale says about the global batch (issue 17)
+                self.log(f"{phase.name}: {batch_advice(self.global_batch, noise['b_simple'], len(self.data.train))}")
             self.plot()
         self._tick()  # evaluation time counts in the run's elapsed time, not in the next epoch's
         self.phase, self.epoch, self.step = (p + 1, 0, 0) if last else (p, epoch + 1, 0)
@@ -380,7 +383,7 @@ class Trainer:
         path = self.out / "supernet.pt"
         if self.env.is_main:
             self.metrics.write({"kind": "test", "split": "test", "step": self.global_step, "subnets": results,
-                                **summary, "elapsed_s": self.elapsed})
+                                **summary, "elapsed_s": self.elapsed, "cpu_s": self.elapsed_cpu})
             meta = {**self.meta, "test": {n: v["top1"] for n, v in results.items()}}
             self.net.save(path, meta=meta)
             if self.recipe.checkpoint.safetensors:
@@ -408,6 +411,7 @@ class Trainer:
             "epoch_stats": {"loss": self.epoch_loss, "steps": self.epoch_steps, "seconds": self.epoch_seconds},
             "noise_scale": self.noise.state_dict(), "metrics_lines": self.metrics.count, "elapsed": self.elapsed,
             "world_size": self.env.world_size,
+            "elapsed_cpu": self.elapsed_cpu,
         }
         if self.env.is_main:
             self.store.save(state)
@@ -430,6 +434,7 @@ class Trainer:
         stats = state["epoch_stats"]
         self.epoch_loss, self.epoch_steps, self.epoch_seconds = stats["loss"], int(stats["steps"]), stats["seconds"]
         self.elapsed, self.last_lr = state["elapsed"], state["scheduler"]["lr"]
+        self.elapsed_cpu = state.get("elapsed_cpu", 0.0)
         torch.set_rng_state(state["rng"]["torch"])
         if self.out is not None:
             self.metrics.truncate(int(state["metrics_lines"]))
@@ -437,6 +442,9 @@ class Trainer:
     def _tick(self) -> None:
         now = time.perf_counter()
         self.elapsed += now - self._clock
+        cpu = time.process_time()
+        self.elapsed_cpu += cpu - self._cpu_clock
+        self._cpu_clock = cpu
         self.epoch_seconds += now - self._clock
         self._clock = now
 

@@ -22,7 +22,7 @@ from ofa.errors import OFAError
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distributed import all_reduce_sum, average_gradients, process_group
 from ofa.train.loop import Trainer
-from ofa.train.noise_scale import NoiseScaleEstimator, grad_sq_norm, suggest_batch_size
+from ofa.train.noise_scale import NoiseScaleEstimator, batch_advice, grad_sq_norm, steps_factor, suggest_batch_size
 from ofa.train.recipe import Recipe, load_recipe
 from ofa.train.sampling import step_seed, step_subnets
 
@@ -44,7 +44,8 @@ class NoiseMeasureConfig:
 
 @dataclass(frozen=True)
 class NoiseScaleResult:
-    """B_simple of one phase, the two batch sizes it compares, and a batch size to train with."""
+    """B_simple of one phase, the two batch sizes it compares, and the one batch size (and its learning
+    rate) to train with, with a line of advice saying why."""
 
     phase: str
     phase_index: int
@@ -59,6 +60,8 @@ class NoiseScaleResult:
     lr: float  # the phase's learning rate at the current global batch
     train_images: int
     suggested_batch: int | None
+    suggested_lr: float | None  # the paper's optimal-rate rule ε ∝ 1/(1 + B_simple/B), from ``lr``
+    advice: str
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -77,7 +80,9 @@ def measure_noise_scale(recipe: Recipe, cfg: NoiseMeasureConfig,
         if state is not None:
             trainer.load_state(dict(state))
         p = chosen if chosen is not None else min(trainer.phase, len(recipe.phases) - 1)
-        return _measure(trainer, p, cfg.steps, cfg.accumulate)
+        if trainer.phase != p or (trainer.epoch == 0 and trainer.step == 0):
+            trainer.begin_phase(p)  # the teacher and channel order the phase would train with
+        return measure_phase_noise(trainer, p, cfg)
 
 
 def measure_noise_scale_file(recipe_path: str | Path, cfg: NoiseMeasureConfig, overrides: Sequence[str] = (),
@@ -92,11 +97,11 @@ def measure_noise_scale_file(recipe_path: str | Path, cfg: NoiseMeasureConfig, o
     return measure_noise_scale(recipe, cfg, state)
 
 
-def _measure(trainer: Trainer, p: int, steps: int, accumulate: int) -> NoiseScaleResult:
-    """Phase ``p`` at the trainer's current weights, which it leaves unchanged."""
+def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> NoiseScaleResult:
+    """Phase ``p`` at the trainer's current weights, which it leaves unchanged (no optimizer step: the
+    learning rate is zero). The trainer is already set up for the phase (`Trainer.begin_phase`)."""
     r, phase, env = trainer.recipe, trainer.recipe.phases[p], trainer.env
-    if trainer.phase != p or (trainer.epoch == 0 and trainer.step == 0):
-        trainer.begin_phase(p)  # the teacher and channel order the phase would train with
+    steps, accumulate = cfg.steps, cfg.accumulate
     b = r.data.batch_size // trainer.micro_batches
     loader = make_loader(trainer.data.train, b * accumulate, shuffle=True, seed=r.seed, drop_last=True,
                          options=LoaderOptions(rank=env.rank, world_size=env.world_size))
@@ -120,10 +125,13 @@ def _measure(trainer: Trainer, p: int, steps: int, accumulate: int) -> NoiseScal
         estimator.update(float(small) / env.world_size, grad_sq_norm(trainer.params, 1.0 / scale), b, b_big)
     trainer.net.zero_grad(set_to_none=True)
     summary = estimator.summary()
+    b_simple, images = summary["b_simple"], len(trainer.data.train)
+    now, lr = trainer.global_batch, phase.lr * trainer.lr_scale
+    suggested = suggest_batch_size(b_simple, images)
     return NoiseScaleResult(phase=phase.name, phase_index=p, steps=steps, b_small=b, b_big=b_big, **summary,
-                            current_global_batch=trainer.global_batch, lr=phase.lr * trainer.lr_scale,
-                            train_images=len(trainer.data.train),
-                            suggested_batch=suggest_batch_size(summary["b_simple"], len(trainer.data.train)))
+                            current_global_batch=now, lr=lr, train_images=images, suggested_batch=suggested,
+                            suggested_lr=None if suggested is None else lr * steps_factor(now, suggested, b_simple),
+                            advice=batch_advice(now, b_simple, images))
 
 
 def _cycle(loader: torch.utils.data.DataLoader) -> Iterator[Any]:

@@ -113,9 +113,35 @@ def grad_sq_norm(params: list[nn.Parameter], scale: float = 1.0) -> float:
 
 
 def suggest_batch_size(b_simple: float | None, train_size: int) -> int | None:
-    """A power of two near B_simple (the batch size past which bigger batches stop paying off),
-    at least 8 and at most a quarter of the training set."""
+    """The one suggested global batch: a power of two near B_simple (past it, bigger batches stop
+    paying off), at least 8 and at most a quarter of the training set."""
     if b_simple is None or not math.isfinite(b_simple) or b_simple <= 0:
         return None
     upper = max(8, 2 ** int(math.log2(max(8, train_size // 4))))
     return int(min(upper, max(8, 2 ** round(math.log2(b_simple)))))
+
+
+def steps_factor(batch: float, new_batch: float, b_simple: float) -> float:
+    """How many times fewer steps ``new_batch`` needs than ``batch`` to the same target, by the
+    paper's S ∝ 1 + B_noise/B (also the factor its optimal learning rate grows by)."""
+    return (1.0 + b_simple / batch) / (1.0 + b_simple / new_batch)
+
+
+def batch_advice(global_batch: int, b_simple: float | None, train_size: int) -> str:
+    """One line: where ``global_batch`` sits relative to B_simple and what changing it would buy."""
+    suggested = suggest_batch_size(b_simple, train_size)
+    if suggested is None:
+        return (f"batch {global_batch}: the noise scale is not measurable yet (|G|² estimate <= 0), "
+                "so there is no batch-size advice")
+    ratio = global_batch / b_simple
+    head = f"batch {global_batch} is ~{ratio:.2g}× the noise scale (B_simple ≈ {b_simple:.0f})"
+    if suggested == global_batch:
+        return f"{head}: about the critical batch; keep it (suggested global batch {suggested})"
+    factor = steps_factor(global_batch, suggested, b_simple)
+    change = suggested / global_batch
+    if change > 1:
+        return (f"{head}: larger batches (more processes) cut steps almost linearly up to ~{1 / ratio:.2g}×; "
+                f"suggested global batch {suggested}: ~{factor:.2g}× fewer steps for ~{change / factor:.2g}× the "
+                "examples")
+    return (f"{head}: larger batches mostly add compute; suggested global batch {suggested} (fewer processes or "
+            f"images per process): ~{1 / factor:.2g}× the steps for ~{factor / change:.2g}× fewer examples")

@@ -1,0 +1,46 @@
+"""The steps–examples trade-off fit (McCandlish et al. 2018) on synthetic points of known S_min, E_min."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ofa.errors import OFAError
+from ofa.train.critical_batch import fit_tradeoff
+
+BATCHES = np.array([16, 32, 64, 128, 256, 512, 1024], dtype=float)
+
+
+def _points(s_min: float, e_min: float, noise: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Steps S = S_min + E_min/B to a target, scattered by a relative (log-normal) noise; E = B·S."""
+    steps = (s_min + e_min / BATCHES) * np.exp(noise * np.random.default_rng(seed).standard_normal(len(BATCHES)))
+    return steps, steps * BATCHES
+
+
+def test_fit_recovers_exact_points():
+    steps, examples = _points(40.0, 8000.0, 0.0, seed=0)
+    fit = fit_tradeoff(steps, examples)
+    assert fit.s_min == pytest.approx(40.0, rel=1e-6) and fit.e_min == pytest.approx(8000.0, rel=1e-6)
+    assert fit.b_crit == pytest.approx(200.0, rel=1e-6) and fit.log_sd < 1e-6
+    assert fit.steps(200.0) == pytest.approx(80.0, rel=1e-6)  # 2·S_min at B_crit
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fit_recovers_noisy_points_within_tolerance_and_interval(seed):
+    s_min, e_min = 25.0, 3000.0  # B_crit 120
+    steps, examples = _points(s_min, e_min, 0.08, seed)
+    fit = fit_tradeoff(steps, examples)
+    assert fit.s_min == pytest.approx(s_min, rel=0.25) and fit.e_min == pytest.approx(e_min, rel=0.25)
+    assert fit.b_crit == pytest.approx(e_min / s_min, rel=0.35)
+    low, high = fit.interval(z=3.0)
+    assert low < e_min / s_min < high and 0 < fit.log_sd < 0.5
+    assert fit.to_dict()["b_crit_low"] < fit.b_crit < fit.to_dict()["b_crit_high"]
+
+
+def test_fit_rejects_too_few_or_degenerate_points():
+    with pytest.raises(OFAError, match="3 or more"):
+        fit_tradeoff([10.0, 5.0], [160.0, 160.0])
+    with pytest.raises(OFAError, match="same batch size"):
+        fit_tradeoff([10.0, 20.0, 30.0], [640.0, 1280.0, 1920.0])
+    with pytest.raises(OFAError, match="positive"):
+        fit_tradeoff([10.0, 0.0, 30.0], [160.0, 320.0, 1920.0])

@@ -1,0 +1,82 @@
+"""bench/ps_vs_scratch.py: both sides with their cost, cached runs reused on a rerun, missing data skipped."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from conftest import TINY_RECIPE
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _bench():
+    return _load("ps_vs_scratch")
+
+
+def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
+    bench = _bench()
+    argv = ["--recipe", str(TINY_RECIPE), "--seeds", "0", "1", "--random", "1", "--scratch-epochs", "2",
+            "--lr-factors", "0.5", "1", "--cache", str(tmp_path), "--json"]
+    assert bench.main(argv) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(report["subnets"]) == {"smallest", "middle", "largest", "random_1"}
+    for row in report["subnets"].values():
+        scratch = row["scratch"]
+        assert len(row["ps_seeds"]) == 2 and len(scratch["seeds"]) == 2 and set(scratch["grid"]) == {"0.05", "0.1"}
+        assert abs(row["delta"] - (row["ps_top1"] - scratch["test_top1"])) < 1e-9
+        assert scratch["seconds"] > 0 and scratch["train_images"] == 2 * (report["train_images"] // 16) * 16
+        assert "converged" in scratch and "test_top1_2x" in scratch
+    macs = {n: r["macs"] for n, r in report["subnets"].items()}
+    assert macs["smallest"] <= macs["middle"] <= macs["largest"]
+    assert report["ps_seconds"] > 0 and report["ps_train_images"] > report["train_images"]
+    assert report["within_budget"] == (report["ps_seconds"] <= 4 * report["subnets"]["largest"]["scratch"]["seconds"])
+    # 2 supernets + (2 grid + 1 other seed + 1 at 2x epochs) x 4 subnets, each cached as JSON
+    cached = sorted(tmp_path.rglob("*.json"))
+    assert len(cached) == 2 + 4 * 4
+    stamps = {p: p.stat().st_mtime_ns for p in cached}
+    assert bench.main(argv) == 0  # a rerun trains nothing and reports the same figures
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again == report and {p: p.stat().st_mtime_ns for p in sorted(tmp_path.rglob("*.json"))} == stamps
+    table = _load("run_all")._ps_table(report)  # how bench/RESULTS.md shows it
+    assert [line.split(" | ")[0] for line in table[2:6]] == ["| smallest", "| middle", "| largest", "| random_1"]
+    assert f"{report['subnets']['largest']['delta']:+.2f}" in table[4] and "budget 4" in table[-1]
+
+
+def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):
+    bench = _bench()
+    assert bench.main(["--recipe", "fashion", "--set", f"data.root={tmp_path}", "--cache", str(tmp_path),
+                       "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("ps_vs_scratch: skipped: ") and "dataset-fashion-mnist" in lines[0]
+    assert json.loads(lines[-1])["skipped"] and not list(tmp_path.iterdir())
+
+
+def test_ablation_records_a_run_and_renders_the_docs_table_from_records(tmp_path, monkeypatch, capsys):
+    _bench()
+    ablation = _load("ps_ablation")
+    monkeypatch.setattr(ablation, "RECORDS", tmp_path / "records.json")
+    monkeypatch.setattr(ablation, "DOC", tmp_path / "page.md")
+    (tmp_path / "page.md").write_text(f"intro\n{ablation.BEGIN}\nstale\n{ablation.END}\noutro\n")
+    common = ["--recipe", str(TINY_RECIPE), "--scratch-epochs", "2", "--lr-factors", "1", "--no-convergence",
+              "--cache", str(tmp_path / "cache"), "--proxy", "data.batch_size=16"]
+    assert ablation.main(["--name", "a", "--change", "as is", *common]) == 0
+    assert ablation.main(["--name", "b", "--change", "no KD", "--set", "distill.ratio=0", *common]) == 0
+    records = json.loads((tmp_path / "records.json").read_text())
+    assert [r["name"] for r in records] == ["a", "b"] and records[1]["overrides"] == ["distill.ratio=0"]
+    assert records[0]["recipe_digest"] != records[1]["recipe_digest"]
+    assert records[0]["subnets"]["largest"]["scratch"] == records[1]["subnets"]["largest"]["scratch"]  # one twin
+    page = (tmp_path / "page.md").read_text()
+    assert page.startswith("intro\n") and page.endswith("outro\n") and "stale" not in page
+    row = next(line for line in page.splitlines() if line.startswith("| b |"))
+    assert f"{records[1]['subnets']['smallest']['ps']:.2f} ({records[1]['subnets']['smallest']['delta']:+.2f})" in row
