@@ -16,6 +16,7 @@ demo: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: $(VENV)/.installed lint
 	$(VENV)/bin/python -m pytest

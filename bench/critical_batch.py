@@ -80,10 +80,19 @@ def run_recipe(sweep: Sweep, batch: int, lr: float) -> Recipe:
     """The recipe at one (batch, constant rate) point, with no noise measurement during training."""
     base = load_recipe(sweep.recipe_path)
     name = sweep.phase or base.phases[0].name
-    return load_recipe(sweep.recipe_path, [
-        f"data.batch_size={batch}", f"schedule.micro_batches={max(1, batch // sweep.micro)}",
-        f"phases.{name}.lr={lr}", f"phases.{name}.warmup_epochs=0", "schedule.lr_schedule=constant",
-        "optimizer.lr_reference_batch=null", "noise_scale.enabled=false", "eval.calib_batches=2"])
+    return load_recipe(
+        sweep.recipe_path,
+        [
+            f"data.batch_size={batch}",
+            f"schedule.micro_batches={max(1, batch // sweep.micro)}",
+            f"phases.{name}.lr={lr}",
+            f"phases.{name}.warmup_epochs=0",
+            "schedule.lr_schedule=constant",
+            "optimizer.lr_reference_batch=null",
+            "noise_scale.enabled=false",
+            "eval.calib_batches=2",
+        ],
+    )
 
 
 def start_state(sweep: Sweep) -> dict | None:
@@ -158,16 +167,30 @@ def plot(path: Path, best: list[Run], others: list[Run], fit: TradeoffFit, b_sim
         ax.annotate(f"B={r.batch}", (r.examples, r.steps), textcoords="offset points", xytext=(5, 4), fontsize=8)
     lo, hi = min(r.batch for r in best) / 4, max(r.batch for r in best) * 4
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    ax.plot([b * fit.steps(b) for b in grid], [fit.steps(b) for b in grid], "C1-",
-            label=f"fit: S_min={fit.s_min:.0f}, E_min={fit.e_min:.0f}")
+    ax.plot(
+        [b * fit.steps(b) for b in grid],
+        [fit.steps(b) for b in grid],
+        "C1-",
+        label=f"fit: S_min={fit.s_min:.0f}, E_min={fit.e_min:.0f}",
+    )
     ax.axhline(fit.s_min, color="C1", ls=":", lw=0.8)
     ax.axvline(fit.e_min, color="C1", ls=":", lw=0.8)
     ax.plot([2 * fit.e_min], [2 * fit.s_min], "C3*", ms=14, label=f"B_crit ≈ {fit.b_crit:.0f}")
     if b_simple:
-        ax.plot([b_simple * fit.steps(b_simple)], [fit.steps(b_simple)], "C2D", ms=9,
-                label=f"B_simple ≈ {b_simple:.0f} (on the fit)")
-    ax.set(xscale="log", yscale="log", xlabel="examples to target E", ylabel="optimizer steps to target S",
-           title="steps vs examples to a fixed target")
+        ax.plot(
+            [b_simple * fit.steps(b_simple)],
+            [fit.steps(b_simple)],
+            "C2D",
+            ms=9,
+            label=f"B_simple ≈ {b_simple:.0f} (on the fit)",
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="examples to target E",
+        ylabel="optimizer steps to target S",
+        title="steps vs examples to a fixed target",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -180,8 +203,12 @@ def sweep_runs(sweep: Sweep, p: int, state: dict | None, ref_batch: int, base_lr
         for f in LR_FACTORS:
             lr = round(base_lr * math.sqrt(batch / ref_batch) * f, 5)
             run, weights = train_to_target(sweep, p, state, batch, lr)
-            print(f"batch {batch:5d} lr {lr:<8g} {run.note}" + (f": {run.steps} steps, {run.examples} examples"
-                                                              if run.steps else ""), file=sys.stderr, flush=True)
+            print(
+                f"batch {batch:5d} lr {lr:<8g} {run.note}"
+                + (f": {run.steps} steps, {run.examples} examples" if run.steps else ""),
+                file=sys.stderr,
+                flush=True,
+            )
             runs.append(run)
             if batch == ref_batch and weights is not None:
                 ref_weights[lr] = weights
@@ -226,26 +253,44 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def report(sweep: Sweep, recipe: Recipe, p: int, runs: list[Run], chosen: list[Run], fit: TradeoffFit, noise: dict,
-           seconds: float) -> dict:
+def report(
+    sweep: Sweep,
+    recipe: Recipe,
+    p: int,
+    runs: list[Run],
+    chosen: list[Run],
+    fit: TradeoffFit,
+    noise: dict,
+    seconds: float,
+) -> dict:
     b_simple = noise["b_simple"]
     ref = next(r for r in chosen if r.batch == recipe.data.batch_size)
     ratio = fit.b_crit / b_simple if b_simple else None
     low, high = fit.interval()
     return {
-        "recipe": sweep.recipe_path, "phase": recipe.phases[p].name,
+        "recipe": sweep.recipe_path,
+        "phase": recipe.phases[p].name,
         "target": f"val loss <= {sweep.target} (largest subnet, largest resolution)",
         "examples_are": f"training images, each through the step's {recipe.phases[p].subnets_per_step} subnet(s)",
-        "micro_batch": sweep.micro, "runs_are": "[batch, lr, steps to target (null: not reached)]",
+        "micro_batch": sweep.micro,
+        "runs_are": "[batch, lr, steps to target (null: not reached)]",
         "lr_grid": "recipe lr x sqrt(B / recipe batch) x " + str(list(LR_FACTORS)),
-        "runs": [[r.batch, r.lr, r.steps] for r in runs], "best_lr": {r.batch: r.lr for r in chosen},
-        "s_min": _sig(fit.s_min), "e_min": _sig(fit.e_min), "b_crit": _sig(fit.b_crit),
-        "b_crit_log_sd": _sig(fit.log_sd), "b_crit_low": _sig(low), "b_crit_high": _sig(high),
-        "b_simple": _sig(b_simple), "b_simple_at": f"reference run (batch {ref.batch}, lr {ref.lr}) at the target",
+        "runs": [[r.batch, r.lr, r.steps] for r in runs],
+        "best_lr": {r.batch: r.lr for r in chosen},
+        "s_min": _sig(fit.s_min),
+        "e_min": _sig(fit.e_min),
+        "b_crit": _sig(fit.b_crit),
+        "b_crit_log_sd": _sig(fit.log_sd),
+        "b_crit_low": _sig(low),
+        "b_crit_high": _sig(high),
+        "b_simple": _sig(b_simple),
+        "b_simple_at": f"reference run (batch {ref.batch}, lr {ref.lr}) at the target",
         "b_simple_measure": {k: _sig(noise[k]) for k in ("steps", "b_small", "b_big", "trace_sigma", "grad_sq")},
-        "ratio": _sig(ratio), "ratio_low": _sig(low / b_simple) if b_simple else None,
+        "ratio": _sig(ratio),
+        "ratio_low": _sig(low / b_simple) if b_simple else None,
         "ratio_high": _sig(high / b_simple) if b_simple else None,
-        "in_goal": bool(ratio and GOAL[0] <= ratio <= GOAL[1]), "png": _shown(sweep.out_png),
+        "in_goal": bool(ratio and GOAL[0] <= ratio <= GOAL[1]),
+        "png": _shown(sweep.out_png),
         "seconds": round(seconds, 1),
     }
 
@@ -264,16 +309,28 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "critical_batch.png"))
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     args = ap.parse_args()
-    sweep = Sweep(args.recipe, args.phase, args.run, tuple(sorted(set(args.batches))), args.micro, args.target,
-                  args.max_epochs, args.noise_steps, args.noise_accumulate, Path(args.out))
+    sweep = Sweep(
+        args.recipe,
+        args.phase,
+        args.run,
+        tuple(sorted(set(args.batches))),
+        args.micro,
+        args.target,
+        args.max_epochs,
+        args.noise_steps,
+        args.noise_accumulate,
+        Path(args.out),
+    )
     try:
         result = main_sweep(sweep)
     except OFAError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not args.json:
-        print(f"B_crit = {result['b_crit']:.0f} [{result['b_crit_low']:.0f}, {result['b_crit_high']:.0f}] (68%), "
-              f"B_simple = {result['b_simple']:.0f}, ratio {result['ratio']:.2g}; figure {result['png']}")
+        print(
+            f"B_crit = {result['b_crit']:.0f} [{result['b_crit_low']:.0f}, {result['b_crit_high']:.0f}] (68%), "
+            f"B_simple = {result['b_simple']:.0f}, ratio {result['ratio']:.2g}; figure {result['png']}"
+        )
     print(json.dumps(result))
     return 0
 

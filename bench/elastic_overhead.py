@@ -25,8 +25,13 @@ from ofa.space import SearchSpace
 from ofa.supernet import OFAMobileNetV3
 
 
-def sgd_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-             clock: Callable[[], float] = time.perf_counter) -> float:
+def sgd_step(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
     start = clock()
     opt.zero_grad(set_to_none=True)
     F.cross_entropy(model(x), y).backward()
@@ -46,9 +51,13 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q1, q2, q3
 
 
-def measure(supernet: OFAMobileNetV3, runs: dict[str, tuple[Arch, torch.nn.Module, torch.optim.Optimizer]],
-            batch: tuple[torch.Tensor, torch.Tensor], rounds: int, clock: Callable[[], float],
-            ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+def measure(
+    supernet: OFAMobileNetV3,
+    runs: dict[str, tuple[Arch, torch.nn.Module, torch.optim.Optimizer]],
+    batch: tuple[torch.Tensor, torch.Tensor],
+    rounds: int,
+    clock: Callable[[], float],
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Per-step times of each model, and the per-round supernet/static ratios (two warm-up rounds)."""
     super_opt = torch.optim.SGD(supernet.parameters(), lr=1e-4, momentum=0.9)
     times: dict[str, list[float]] = {f"{kind}_{name}": [] for name in runs for kind in ("supernet", "static")}
@@ -75,8 +84,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--resolution", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="time with this thread's CPU clock (needs --threads 1): steadier on a shared machine")
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time with this thread's CPU clock (needs --threads 1): steadier on a shared machine",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args()
     if args.cpu_time and args.threads != 1:
@@ -90,8 +102,11 @@ def main() -> None:
     supernet = OFAMobileNetV3(space).train()
     x = torch.randn(args.batch, 3, args.resolution, args.resolution)
     y = torch.randint(0, 1000, (args.batch,))
-    subnets = {"max": space.max_arch(args.resolution), "mid": middle_arch(space, args.resolution),
-               "min": space.min_arch(args.resolution)}
+    subnets = {
+        "max": space.max_arch(args.resolution),
+        "mid": middle_arch(space, args.resolution),
+        "min": space.min_arch(args.resolution),
+    }
     runs = {}
     for name, arch in subnets.items():
         static = supernet.extract(arch).train()

@@ -40,9 +40,14 @@ def check(checkpoint: Path, expected_path: Path) -> dict:
         with torch.no_grad():
             worst_supernet = max(worst_supernet, (net(x) - official).abs().max().item())
             worst_subnet = max(worst_subnet, (net.extract(arch).eval()(x) - official).abs().max().item())
-    return {"subnets": len(expected["archs"]), "stage_widths": list(net.space.stage_channels),
-            "feature_width": net.space.feature_channels, "max_abs_diff_supernet": worst_supernet,
-            "max_abs_diff_subnet": worst_subnet, "import_s": round(import_s, 2)}
+    return {
+        "subnets": len(expected["archs"]),
+        "stage_widths": list(net.space.stage_channels),
+        "feature_width": net.space.feature_channels,
+        "max_abs_diff_supernet": worst_supernet,
+        "max_abs_diff_subnet": worst_subnet,
+        "import_s": round(import_s, 2),
+    }
 
 
 def main() -> None:
@@ -54,14 +59,18 @@ def main() -> None:
         print(json.dumps({"skipped": f"no official fixtures at {args.fixtures}"}))
         return
     torch.set_num_threads(1)
-    results = {tag: check(args.fixtures / f"ofa_mbv3_{tag}_random.pth", args.fixtures / f"ofa_mbv3_{tag}_expected.pt")
-               for tag in ("w1.0", "w0.5_c10")}
+    results = {
+        tag: check(args.fixtures / f"ofa_mbv3_{tag}_random.pth", args.fixtures / f"ofa_mbv3_{tag}_expected.pt")
+        for tag in ("w1.0", "w0.5_c10")
+    }
     worst = max(max(r["max_abs_diff_supernet"], r["max_abs_diff_subnet"]) for r in results.values())
     summary = {**results, "max_abs_diff": worst, "target_atol": TARGET_ATOL, "pass": worst <= TARGET_ATOL}
     if not args.json:
         for tag, r in results.items():
-            print(f"{tag}: {r['subnets']} subnets, supernet {r['max_abs_diff_supernet']:.2e}, "
-                  f"timm subnet {r['max_abs_diff_subnet']:.2e} max abs diff, import {r['import_s']} s")
+            print(
+                f"{tag}: {r['subnets']} subnets, supernet {r['max_abs_diff_supernet']:.2e}, "
+                f"timm subnet {r['max_abs_diff_subnet']:.2e} max abs diff, import {r['import_s']} s"
+            )
     print(json.dumps(summary))
 
 

@@ -27,17 +27,23 @@ def training_summary(out: Path) -> dict:
     """Test top-1 of the corner subnets and training wall time, from the run's metrics.jsonl."""
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     test = [r for r in rows if r.get("kind") == "test"][-1]
-    return {"train_seconds": round(float(test["elapsed_s"]), 1),
-            "largest_top1": round(float(test["largest"]["top1"]), 2),
-            "smallest_top1": round(float(test["smallest"]["top1"]), 2)}
+    return {
+        "train_seconds": round(float(test["elapsed_s"]), 1),
+        "largest_top1": round(float(test["largest"]["top1"]), 2),
+        "smallest_top1": round(float(test["smallest"]["top1"]), 2),
+    }
 
 
 def export_summary(path: Path) -> dict:
     doc = read_json(path, "export summary")
     latency = doc.get("latency_fp32") or {}
-    return {"target_ms": doc["arch"].get("target_ms"), "parity_max_abs": doc["parity"]["max_abs_diff"],
-            "top1_fp32": doc.get("top1_fp32"), "predicted_ms": doc.get("predicted_latency_ms"),
-            "measured_ms": latency.get("mean_ms")}
+    return {
+        "target_ms": doc["arch"].get("target_ms"),
+        "parity_max_abs": doc["parity"]["max_abs_diff"],
+        "top1_fp32": doc.get("top1_fp32"),
+        "predicted_ms": doc.get("predicted_latency_ms"),
+        "measured_ms": latency.get("mean_ms"),
+    }
 
 
 def main() -> int:
@@ -48,12 +54,17 @@ def main() -> int:
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
     start = time.perf_counter()
-    result = run_pipeline(PipelineConfig(recipe=Path(args.recipe), out=args.out),
-                          log=(lambda _line: None) if args.json else print)
+    result = run_pipeline(
+        PipelineConfig(recipe=Path(args.recipe), out=args.out), log=(lambda _line: None) if args.json else print
+    )
     seconds = time.perf_counter() - start
     exports = [export_summary(Path(row["onnx"]).with_suffix(".export.json")) for row in result.rows]
-    summary = {"pipeline_seconds": round(seconds, 1), **training_summary(args.out),
-               "parity_max_abs": max(e["parity_max_abs"] for e in exports), "exports": exports}
+    summary = {
+        "pipeline_seconds": round(seconds, 1),
+        **training_summary(args.out),
+        "parity_max_abs": max(e["parity_max_abs"] for e in exports),
+        "exports": exports,
+    }
     print(json.dumps(summary))
     return 0
 

@@ -41,18 +41,35 @@ def record(name: str, change: str, cfg: bench.BenchConfig, proxy: tuple[str, ...
     """Run one ablation (PS and the scratch twins of smallest/middle/largest) and store its record."""
     report = bench.run(cfg)
     largest_scratch = report["subnets"]["largest"]["scratch"]["seconds"]
-    row = {"name": name, "change": change, "date": str(datetime.date.today()), "recipe": report["recipe"],
-           "proxy": list(proxy), "overrides": [o for o in cfg.overrides if o not in proxy],
-           "lr_grid": sorted(float(lr) for lr in report["subnets"]["largest"]["scratch"]["grid"]),
-           "recipe_digest": report["recipe_digest"], "seeds": report["seeds"],
-           "train_images": report["train_images"], "test_images": report["test_images"],
-           "ps_seconds": report["ps_seconds"], "ps_train_images": report["ps_train_images"],
-           "scratch_largest_seconds": largest_scratch, "cost_ratio": report["ps_seconds"] / largest_scratch,
-           "cpu_ratio": report["cpu_ratio"],
-           "subnets": {n: {"ps": r["ps_top1"], "scratch": r["scratch"]["test_top1"], "delta": r["delta"],
-                           "scratch_lr": r["scratch"]["lr"], "scratch_epochs": r["scratch"]["epochs"],
-                           "scratch_2x": r["scratch"].get("test_top1_2x")}
-                       for n, r in report["subnets"].items()}}
+    row = {
+        "name": name,
+        "change": change,
+        "date": str(datetime.date.today()),
+        "recipe": report["recipe"],
+        "proxy": list(proxy),
+        "overrides": [o for o in cfg.overrides if o not in proxy],
+        "lr_grid": sorted(float(lr) for lr in report["subnets"]["largest"]["scratch"]["grid"]),
+        "recipe_digest": report["recipe_digest"],
+        "seeds": report["seeds"],
+        "train_images": report["train_images"],
+        "test_images": report["test_images"],
+        "ps_seconds": report["ps_seconds"],
+        "ps_train_images": report["ps_train_images"],
+        "scratch_largest_seconds": largest_scratch,
+        "cost_ratio": report["ps_seconds"] / largest_scratch,
+        "cpu_ratio": report["cpu_ratio"],
+        "subnets": {
+            n: {
+                "ps": r["ps_top1"],
+                "scratch": r["scratch"]["test_top1"],
+                "delta": r["delta"],
+                "scratch_lr": r["scratch"]["lr"],
+                "scratch_epochs": r["scratch"]["epochs"],
+                "scratch_2x": r["scratch"].get("test_top1_2x"),
+            }
+            for n, r in report["subnets"].items()
+        },
+    }
     records = load_records()
     records[name] = row
     write_json(RECORDS, list(records.values()))
@@ -61,28 +78,43 @@ def record(name: str, change: str, cfg: bench.BenchConfig, proxy: tuple[str, ...
 
 def render(records: dict[str, dict[str, Any]]) -> str:
     """The markdown table: change -> PS top-1 and PS - scratch of each subnet, and the cost ratio."""
-    head = ("| run | change | train/test images, scratch epochs, seeds | " + " | ".join(f"{n} PS (Δ)" for n in SHOWN)
-            + " | PS s | PS / scratch-largest: wall (CPU) |")
+    head = (
+        "| run | change | train/test images, scratch epochs, seeds | "
+        + " | ".join(f"{n} PS (Δ)" for n in SHOWN)
+        + " | PS s | PS / scratch-largest: wall (CPU) |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in records.values():
         cells = [f"{r['subnets'][n]['ps']:.2f} ({r['subnets'][n]['delta']:+.2f})" for n in SHOWN]
         epochs = r["subnets"]["largest"]["scratch_epochs"]
-        lines.append(f"| {r['name']} | {r['change']} | {r['train_images']}/{r['test_images']}, {epochs}, "
-                     f"{len(r['seeds'])} | "
-                     + " | ".join(cells) + f" | {r['ps_seconds']:.0f} | {r['cost_ratio']:.2f} ({r['cpu_ratio']:.2f}) |")
+        lines.append(
+            f"| {r['name']} | {r['change']} | {r['train_images']}/{r['test_images']}, {epochs}, "
+            f"{len(r['seeds'])} | "
+            + " | ".join(cells)
+            + f" | {r['ps_seconds']:.0f} | {r['cost_ratio']:.2f} ({r['cpu_ratio']:.2f}) |"
+        )
     scratch: dict[tuple, dict[str, Any]] = {}
     for r in records.values():
         key = (r["train_images"], r["test_images"], r["subnets"]["largest"]["scratch_epochs"])
         if key not in scratch or r["subnets"]["largest"]["scratch_2x"] is not None:  # prefer checked twins
             scratch[key] = {"grid": r.get("lr_grid"), **{n: r["subnets"][n] for n in SHOWN}}
-    lines += ["", "From-scratch twins: test top-1 at E epochs / at 2E where measured (the convergence check), "
-              "at the lr chosen on validation from the lr grid:", "",
-              "| train/test images | E | lr grid | " + " | ".join(SHOWN) + " |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "From-scratch twins: test top-1 at E epochs / at 2E where measured (the convergence check), "
+        "at the lr chosen on validation from the lr grid:",
+        "",
+        "| train/test images | E | lr grid | " + " | ".join(SHOWN) + " |",
+        "|---|---|---|---|---|---|",
+    ]
     for (tr, te, epochs), subs in scratch.items():
         values = subs.pop("grid")
         grid = ", ".join(f"{g:g}" for g in values) if values else "not recorded"
-        cells = [f"{s['scratch']:.2f} / {s['scratch_2x']:.2f} (lr {s['scratch_lr']:g})" if s["scratch_2x"] is not None
-                 else f"{s['scratch']:.2f} (lr {s['scratch_lr']:g})" for s in subs.values()]
+        cells = [
+            f"{s['scratch']:.2f} / {s['scratch_2x']:.2f} (lr {s['scratch_lr']:g})"
+            if s["scratch_2x"] is not None
+            else f"{s['scratch']:.2f} (lr {s['scratch_lr']:g})"
+            for s in subs.values()
+        ]
         lines.append(f"| {tr}/{te} | {epochs} | {grid} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -114,14 +146,23 @@ def main(argv: list[str] | None = None) -> int:
         if not a.render:
             if not a.name:
                 p.error("--name is required to record a run")
-            cfg = bench.BenchConfig(recipe=a.recipe, overrides=(*a.proxy, *a.set), seeds=tuple(a.seeds),
-                                    scratch_epochs=a.scratch_epochs, scratch_lr=a.scratch_lr, random_subnets=0,
-                                    lr_factors=tuple(a.lr_factors),
-                                    convergence=not a.no_convergence, cache=a.cache)
+            cfg = bench.BenchConfig(
+                recipe=a.recipe,
+                overrides=(*a.proxy, *a.set),
+                seeds=tuple(a.seeds),
+                scratch_epochs=a.scratch_epochs,
+                scratch_lr=a.scratch_lr,
+                random_subnets=0,
+                lr_factors=tuple(a.lr_factors),
+                convergence=not a.no_convergence,
+                cache=a.cache,
+            )
             row = record(a.name, a.change, cfg, tuple(a.proxy))
-            print(" ".join(f"{n} {row['subnets'][n]['ps']:.2f} ({row['subnets'][n]['delta']:+.2f})" for n in SHOWN)
-                  + f"; PS {row['ps_seconds']:.0f} s = {row['cost_ratio']:.2f}x scratch largest"
-                  f" ({row['cpu_ratio']:.2f}x in CPU seconds)")
+            print(
+                " ".join(f"{n} {row['subnets'][n]['ps']:.2f} ({row['subnets'][n]['delta']:+.2f})" for n in SHOWN)
+                + f"; PS {row['ps_seconds']:.0f} s = {row['cost_ratio']:.2f}x scratch largest"
+                f" ({row['cpu_ratio']:.2f}x in CPU seconds)"
+            )
         write_doc(load_records())
     except OFAError as exc:
         print(f"ps_ablation: error: {exc}", file=sys.stderr)

@@ -137,9 +137,16 @@ def ps_run(recipe: Recipe, subnets: dict[str, Arch], data: DataBundle, cache: Pa
         for name, arch in subnets.items():
             set_loader_epoch(calib, 0)
             top1[name] = evaluate_arch(net, arch, calib, test, recipe.eval.calib_batches)["top1"]
-        return {"kind": "ps", "seed": recipe.seed, "recipe_digest": key, "seconds": final["elapsed_s"],
-                "cpu_seconds": final.get("cpu_s"), "top1": top1,
-                **ps_images(recipe, len(data.train)), "archs": archs}
+        return {
+            "kind": "ps",
+            "seed": recipe.seed,
+            "recipe_digest": key,
+            "seconds": final["elapsed_s"],
+            "cpu_seconds": final.get("cpu_s"),
+            "top1": top1,
+            **ps_images(recipe, len(data.train)),
+            "archs": archs,
+        }
 
     archs = {n: a.to_dict() for n, a in subnets.items()}
     return cached(run_dir / f"eval-{digest(archs)}.json", compute)
@@ -157,9 +164,19 @@ class ScratchRun:
 
     def key(self, recipe: Recipe) -> str:
         r = recipe.to_dict()
-        return digest({"space": r["space"], "data": r["data"], "optimizer": r["optimizer"],
-                       "schedule": r["schedule"], "warmup": recipe.phases[0].warmup_epochs,
-                       "arch": self.arch.to_dict(), "lr": self.lr, "epochs": self.epochs, "seed": self.seed})
+        return digest(
+            {
+                "space": r["space"],
+                "data": r["data"],
+                "optimizer": r["optimizer"],
+                "schedule": r["schedule"],
+                "warmup": recipe.phases[0].warmup_epochs,
+                "arch": self.arch.to_dict(),
+                "lr": self.lr,
+                "epochs": self.epochs,
+                "seed": self.seed,
+            }
+        )
 
 
 def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: str) -> torch.nn.Module:
@@ -169,8 +186,14 @@ def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: 
     warmup = min(recipe.phases[0].warmup_epochs, run.epochs - 1)
     schedule = PhaseConfig(name="scratch", epochs=run.epochs - warmup, warmup_epochs=warmup, lr=run.lr)
     optimizer = build_optimizer(model, recipe.optimizer, run.lr)
-    loader = make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=run.seed, drop_last=True,
-                         options=LoaderOptions(num_workers=recipe.data.num_workers))
+    loader = make_loader(
+        data.train,
+        recipe.data.batch_size,
+        shuffle=True,
+        seed=run.seed,
+        drop_last=True,
+        options=LoaderOptions(num_workers=recipe.data.num_workers),
+    )
     steps = len(loader)
     model.train()
     with tqdm(total=run.epochs * steps, desc=desc, unit="step", leave=False) as bar:
@@ -178,8 +201,9 @@ def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: 
             set_loader_epoch(loader, epoch)
             for i, (x, y) in enumerate(loader):
                 set_lr(optimizer, lr_at(epoch * steps + i, steps, schedule, recipe.schedule))
-                loss = F.cross_entropy(model(resize(x, run.arch.resolution)), y,
-                                       label_smoothing=recipe.optimizer.label_smoothing)
+                loss = F.cross_entropy(
+                    model(resize(x, run.arch.resolution)), y, label_smoothing=recipe.optimizer.label_smoothing
+                )
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if recipe.optimizer.grad_clip is not None:
@@ -200,10 +224,19 @@ def scratch_run(recipe: Recipe, run: ScratchRun, data: DataBundle, cache: Path, 
         val = make_loader(data.val, recipe.data.eval_batch_size, shuffle=False, seed=0)
         test = make_loader(data.test, recipe.data.eval_batch_size, shuffle=False, seed=0)
         images = run.epochs * (len(data.train) // recipe.data.batch_size) * recipe.data.batch_size
-        return {"kind": "scratch", "key": key, "arch": run.arch.to_dict(), "lr": run.lr, "epochs": run.epochs,
-                "seed": run.seed, "seconds": seconds, "cpu_seconds": cpu, "train_images": images,
-                "val_top1": evaluate(model, val, run.arch.resolution)["top1"],
-                "test_top1": evaluate(model, test, run.arch.resolution)["top1"]}
+        return {
+            "kind": "scratch",
+            "key": key,
+            "arch": run.arch.to_dict(),
+            "lr": run.lr,
+            "epochs": run.epochs,
+            "seed": run.seed,
+            "seconds": seconds,
+            "cpu_seconds": cpu,
+            "train_images": images,
+            "val_top1": evaluate(model, val, run.arch.resolution)["top1"],
+            "test_top1": evaluate(model, test, run.arch.resolution)["top1"],
+        }
 
     return cached(cache / f"scratch-{key}.json", compute)
 
@@ -212,18 +245,35 @@ def scratch_twin(recipe: Recipe, name: str, arch: Arch, cfg: BenchConfig, data: 
     """Best-of-grid learning rate (validation, first seed), every seed at it, and the 2x-epochs check."""
     epochs = cfg.scratch_epochs or sum(p.total_epochs for p in recipe.phases)
     first, base_lr = cfg.seeds[0], cfg.scratch_lr or recipe.phases[0].lr
-    grid = [scratch_run(recipe, ScratchRun(arch, base_lr * f, epochs, first), data, cfg.cache,
-                        f"scratch {name} lr {base_lr * f:g}") for f in cfg.lr_factors]
+    grid = [
+        scratch_run(
+            recipe, ScratchRun(arch, base_lr * f, epochs, first), data, cfg.cache, f"scratch {name} lr {base_lr * f:g}"
+        )
+        for f in cfg.lr_factors
+    ]
     best = max(grid, key=lambda r: r["val_top1"])
-    runs = [best] + [scratch_run(recipe, ScratchRun(arch, best["lr"], epochs, s), data, cfg.cache,
-                                 f"scratch {name} seed {s}") for s in cfg.seeds[1:]]
-    out = {"lr": best["lr"], "epochs": epochs, "grid": {f"{r['lr']:g}": r["val_top1"] for r in grid},
-           "test_top1": statistics.mean(r["test_top1"] for r in runs), "seeds": [r["test_top1"] for r in runs],
-           "seconds": statistics.mean(r["seconds"] for r in runs),
-           "cpu_seconds": statistics.mean(r["cpu_seconds"] for r in runs), "train_images": best["train_images"]}
+    runs = [best] + [
+        scratch_run(recipe, ScratchRun(arch, best["lr"], epochs, s), data, cfg.cache, f"scratch {name} seed {s}")
+        for s in cfg.seeds[1:]
+    ]
+    out = {
+        "lr": best["lr"],
+        "epochs": epochs,
+        "grid": {f"{r['lr']:g}": r["val_top1"] for r in grid},
+        "test_top1": statistics.mean(r["test_top1"] for r in runs),
+        "seeds": [r["test_top1"] for r in runs],
+        "seconds": statistics.mean(r["seconds"] for r in runs),
+        "cpu_seconds": statistics.mean(r["cpu_seconds"] for r in runs),
+        "train_images": best["train_images"],
+    }
     if cfg.convergence:
-        longer = scratch_run(recipe, ScratchRun(arch, best["lr"], 2 * epochs, first), data, cfg.cache,
-                             f"scratch {name} {2 * epochs} epochs")
+        longer = scratch_run(
+            recipe,
+            ScratchRun(arch, best["lr"], 2 * epochs, first),
+            data,
+            cfg.cache,
+            f"scratch {name} {2 * epochs} epochs",
+        )
         out["test_top1_2x"] = longer["test_top1"]
         out["converged"] = longer["test_top1"] - best["test_top1"] <= CONVERGED_POINTS
     return out
@@ -247,36 +297,60 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     for name, arch in subnets.items():
         twin = scratch_twin(recipe, name, arch, cfg, data)
         ps_top1 = statistics.mean(r["top1"][name] for r in ps)
-        rows[name] = {"arch": arch.to_dict(), "macs": recipe.space.macs(arch), "params": recipe.space.params(arch),
-                      "ps_top1": ps_top1, "ps_seeds": [r["top1"][name] for r in ps], "scratch": twin,
-                      "delta": ps_top1 - twin["test_top1"]}
+        rows[name] = {
+            "arch": arch.to_dict(),
+            "macs": recipe.space.macs(arch),
+            "params": recipe.space.params(arch),
+            "ps_top1": ps_top1,
+            "ps_seeds": [r["top1"][name] for r in ps],
+            "scratch": twin,
+            "delta": ps_top1 - twin["test_top1"],
+        }
     ps_seconds = statistics.mean(r["seconds"] for r in ps)
     ps_cpu = statistics.mean(r.get("cpu_seconds") or float("nan") for r in ps)  # nan: resumed from an old checkpoint
     budget = BUDGET_RATIO * rows["largest"]["scratch"]["seconds"]
-    return {"recipe": str(path), "recipe_digest": ps[0]["recipe_digest"], "seeds": list(cfg.seeds),
-            "subnet_seed": cfg.subnet_seed, "train_images": len(data.train), "test_images": len(data.test),
-            "ps_seconds": ps_seconds, "ps_cpu_seconds": ps_cpu,
-            "cpu_ratio": ps_cpu / rows["largest"]["scratch"]["cpu_seconds"],
-            "ps_train_images": ps[0]["train_images"], "ps_budget_seconds": budget,
-            "within_budget": ps_seconds <= budget, "subnets": rows, "target_points": TARGET_POINTS,
-            "within_target": all(r["delta"] >= -TARGET_POINTS for r in rows.values()),
-            "scratch_converged": all(r["scratch"].get("converged", True) for r in rows.values())}
+    return {
+        "recipe": str(path),
+        "recipe_digest": ps[0]["recipe_digest"],
+        "seeds": list(cfg.seeds),
+        "subnet_seed": cfg.subnet_seed,
+        "train_images": len(data.train),
+        "test_images": len(data.test),
+        "ps_seconds": ps_seconds,
+        "ps_cpu_seconds": ps_cpu,
+        "cpu_ratio": ps_cpu / rows["largest"]["scratch"]["cpu_seconds"],
+        "ps_train_images": ps[0]["train_images"],
+        "ps_budget_seconds": budget,
+        "within_budget": ps_seconds <= budget,
+        "subnets": rows,
+        "target_points": TARGET_POINTS,
+        "within_target": all(r["delta"] >= -TARGET_POINTS for r in rows.values()),
+        "scratch_converged": all(r["scratch"].get("converged", True) for r in rows.values()),
+    }
 
 
 def print_report(report: dict[str, Any]) -> None:
-    print(f"{report['recipe']}: {report['train_images']} train / {report['test_images']} test images, "
-          f"seeds {report['seeds']}")
+    print(
+        f"{report['recipe']}: {report['train_images']} train / {report['test_images']} test images, "
+        f"seeds {report['seeds']}"
+    )
     print(f"{'subnet':<9} {'MMACs':>6} {'PS':>6} {'scratch':>7} {'PS-scr':>6} {'lr':>6} {'2x ep':>6} {'scr s':>6}")
     for name, r in report["subnets"].items():
         s = r["scratch"]
-        print(f"{name:<9} {r['macs'] / 1e6:>6.2f} {r['ps_top1']:>6.2f} {s['test_top1']:>7.2f} {r['delta']:>+6.2f} "
-              f"{s['lr']:>6.3g} {s.get('test_top1_2x', float('nan')):>6.2f} {s['seconds']:>6.0f}")
-    print(f"PS: {report['ps_seconds']:.0f} s, {report['ps_train_images']:,} subnet-images; budget "
-          f"{report['ps_budget_seconds']:.0f} s ({BUDGET_RATIO:g}x the largest subnet's scratch run): "
-          f"{'within' if report['within_budget'] else 'OVER'}")
-    print(f"every PS subnet within {TARGET_POINTS} points of scratch or better: "
-          f"{'yes' if report['within_target'] else 'no'}; scratch converged: "
-          f"{'yes' if report['scratch_converged'] else 'no'}")
+        print(
+            f"{name:<9} {r['macs'] / 1e6:>6.2f} {r['ps_top1']:>6.2f} {s['test_top1']:>7.2f} {r['delta']:>+6.2f} "
+            f"{s['lr']:>6.3g} {s.get('test_top1_2x', float('nan')):>6.2f} {s['seconds']:>6.0f}"
+        )
+    print(
+        f"PS: {report['ps_seconds']:.0f} s, {report['ps_train_images']:,} subnet-images; budget "
+        f"{report['ps_budget_seconds']:.0f} s ({BUDGET_RATIO:g}x the largest subnet's scratch run): "
+        f"{'within' if report['within_budget'] else 'OVER'}"
+    )
+    print(
+        f"every PS subnet within {TARGET_POINTS} points of scratch or better: "
+        f"{'yes' if report['within_target'] else 'no'}; scratch converged: "
+        f"{'yes' if report['scratch_converged'] else 'no'}"
+    )
 
 
 def parse_args(argv: list[str] | None) -> tuple[BenchConfig, bool]:
@@ -295,10 +369,18 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, bool]:
     a = p.parse_args(argv)
     if len(a.seeds) < 1 or (a.scratch_epochs is not None and a.scratch_epochs < 2) or a.random < 0:
         p.error("need at least one seed, --scratch-epochs >= 2 and --random >= 0")
-    return BenchConfig(recipe=a.recipe, overrides=tuple(a.set), seeds=tuple(a.seeds),
-                       scratch_epochs=a.scratch_epochs, scratch_lr=a.scratch_lr, random_subnets=a.random,
-                       subnet_seed=a.subnet_seed,
-                       lr_factors=tuple(a.lr_factors), convergence=not a.no_convergence, cache=a.cache), a.json
+    return BenchConfig(
+        recipe=a.recipe,
+        overrides=tuple(a.set),
+        seeds=tuple(a.seeds),
+        scratch_epochs=a.scratch_epochs,
+        scratch_lr=a.scratch_lr,
+        random_subnets=a.random,
+        subnet_seed=a.subnet_seed,
+        lr_factors=tuple(a.lr_factors),
+        convergence=not a.no_convergence,
+        cache=a.cache,
+    ), a.json
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,17 +60,50 @@ BENCHMARKS: dict[str, Benchmark] = {
         "the largest and smallest subnet (targets: training ≤ 4 min, ≥ 97% / ≥ 93%), and per exported model "
         "its ONNX parity, test top-1 and predicted vs measured latency",
         ["bench/pipeline_demo.py", "--json"],
-        {"train_seconds": "training s", "largest_top1": "largest top-1", "smallest_top1": "smallest top-1",
-         "pipeline_seconds": "pipeline s", "parity_max_abs": "max ONNX parity diff"},
+        {
+            "train_seconds": "training s",
+            "largest_top1": "largest top-1",
+            "smallest_top1": "smallest top-1",
+            "pipeline_seconds": "pipeline s",
+            "parity_max_abs": "max ONNX parity diff",
+        },
         on_request=True,
     ),
     "lut_check_mbv3": Benchmark(
-        ["-m", "ofa", "lut", "check", "latency_tables/mbv3_ort-cpu_t1_b1.yaml", "--resolutions", "160", "224",
-         "--n", "50", "--json", "--quiet", "--out", "runs/bench/lut_check"],
+        [
+            "-m",
+            "ofa",
+            "lut",
+            "check",
+            "latency_tables/mbv3_ort-cpu_t1_b1.yaml",
+            "--resolutions",
+            "160",
+            "224",
+            "--n",
+            "50",
+            "--json",
+            "--quiet",
+            "--out",
+            "runs/bench/lut_check",
+        ],
         "shipped mbv3 table vs 50 measured whole subnets per resolution (target ≥ 90% within ±10%, "
         "Spearman ≥ 0.95 per resolution)",
-        ["-m", "ofa", "lut", "check", "latency_tables/mbv3_ort-cpu_t1_b1.yaml", "--resolutions", "160", "224",
-         "--n", "10", "--json", "--quiet", "--out", "runs/bench/lut_check"],
+        [
+            "-m",
+            "ofa",
+            "lut",
+            "check",
+            "latency_tables/mbv3_ort-cpu_t1_b1.yaml",
+            "--resolutions",
+            "160",
+            "224",
+            "--n",
+            "10",
+            "--json",
+            "--quiet",
+            "--out",
+            "runs/bench/lut_check",
+        ],
         {"within_10pct": "share within ±10%", "mape": "MAPE", "spearman": "Spearman"},
         on_request=True,
     ),
@@ -94,19 +127,51 @@ BENCHMARKS: dict[str, Benchmark] = {
         "digits: test top-1 of 8 subnets, progressive shrinking vs the same subnet trained from scratch "
         "(best of an lr grid, 2 seeds each side; target: PS within 0.5 points or better, PS at most 4x the "
         "largest subnet's scratch run)",
-        ["bench/ps_vs_scratch.py", "--recipe", "digits", "--seeds", "0", "--random", "0", "--lr-factors", "1",
-         "--no-convergence", "--json"],
-        {"within_target": "every subnet within 0.5 points", "cpu_ratio": "PS / scratch-largest CPU time",
-         "scratch_converged": "scratch converged"},
+        [
+            "bench/ps_vs_scratch.py",
+            "--recipe",
+            "digits",
+            "--seeds",
+            "0",
+            "--random",
+            "0",
+            "--lr-factors",
+            "1",
+            "--no-convergence",
+            "--json",
+        ],
+        {
+            "within_target": "every subnet within 0.5 points",
+            "cpu_ratio": "PS / scratch-largest CPU time",
+            "scratch_converged": "scratch converged",
+        },
         on_request=True,
     ),
     "ps_vs_scratch_fashion": Benchmark(
         ["bench/ps_vs_scratch.py", "--recipe", "fashion", "--scratch-epochs", "40", "--json"],
         "Fashion-MNIST: the same comparison on recipes/fashion_mnist.yaml",
-        ["bench/ps_vs_scratch.py", "--recipe", "fashion", "--seeds", "0", "--random", "0", "--lr-factors", "1",
-         "--no-convergence", "--set", "data.train_subset=2000", "--set", "data.test_subset=1000", "--json"],
-        {"within_target": "every subnet within 0.5 points", "cpu_ratio": "PS / scratch-largest CPU time",
-         "scratch_converged": "scratch converged"},
+        [
+            "bench/ps_vs_scratch.py",
+            "--recipe",
+            "fashion",
+            "--seeds",
+            "0",
+            "--random",
+            "0",
+            "--lr-factors",
+            "1",
+            "--no-convergence",
+            "--set",
+            "data.train_subset=2000",
+            "--set",
+            "data.test_subset=1000",
+            "--json",
+        ],
+        {
+            "within_target": "every subnet within 0.5 points",
+            "cpu_ratio": "PS / scratch-largest CPU time",
+            "scratch_converged": "scratch converged",
+        },
         on_request=True,
     ),
     "critical_batch": Benchmark(
@@ -114,11 +179,32 @@ BENCHMARKS: dict[str, Benchmark] = {
         "critical batch size measured by training the full network to a fixed validation loss at batch sizes "
         "16-512 (best of 3 learning rates each; fit S = S_min + E_min/B, B_crit = E_min/S_min, 68% interval) vs "
         "the gradient noise scale B_simple at the reference run's weights at the target (goal: ratio in [0.5, 2])",
-        ["bench/critical_batch.py", "recipes/digits.yaml", "--json", "--batches", "32", "64", "128", "--target", "1.5",
-         "--max-epochs", "3", "--noise-steps", "2", "--noise-accumulate", "4", "--out",
-         "runs/bench/critical_batch_quick.png"],
-        {"b_crit": "B_crit", "b_simple": "B_simple", "ratio": "B_crit / B_simple", "ratio_low": "68% from",
-         "ratio_high": "to"},
+        [
+            "bench/critical_batch.py",
+            "recipes/digits.yaml",
+            "--json",
+            "--batches",
+            "32",
+            "64",
+            "128",
+            "--target",
+            "1.5",
+            "--max-epochs",
+            "3",
+            "--noise-steps",
+            "2",
+            "--noise-accumulate",
+            "4",
+            "--out",
+            "runs/bench/critical_batch_quick.png",
+        ],
+        {
+            "b_crit": "B_crit",
+            "b_simple": "B_simple",
+            "ratio": "B_crit / B_simple",
+            "ratio_low": "68% from",
+            "ratio_high": "to",
+        },
         on_request=True,
     ),
 }
@@ -153,9 +239,16 @@ def run_one(name: str, quick: bool) -> dict:
         print(f"   failed (exit {proc.returncode}): {tail[0]}", flush=True)
     else:
         print(f"   {json.dumps(result)}", flush=True)
-    return {"name": name, "command": command_text(bench.command), "meaning": bench.meaning,
-            "exit": proc.returncode, "seconds": round(seconds, 1), "date": str(datetime.date.today()),
-            "machine": machine(), "result": result}
+    return {
+        "name": name,
+        "command": command_text(bench.command),
+        "meaning": bench.meaning,
+        "exit": proc.returncode,
+        "seconds": round(seconds, 1),
+        "date": str(datetime.date.today()),
+        "machine": machine(),
+        "result": result,
+    }
 
 
 def command_text(command: list[str]) -> str:
@@ -168,20 +261,27 @@ def _cell(value: object) -> str:
 
 def _ps_table(result: dict) -> list[str]:
     """PS vs scratch per subnet, then the cost line (the bench's JSON is nested)."""
-    lines = ["| subnet | MMACs | PS top-1 | scratch top-1 | PS − scratch | scratch lr | scratch at 2× epochs |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| subnet | MMACs | PS top-1 | scratch top-1 | PS − scratch | scratch lr | scratch at 2× epochs |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, r in result["subnets"].items():
         s = r["scratch"]
         twice = f"{s['test_top1_2x']:.2f}" if "test_top1_2x" in s else "not run"
-        lines.append(f"| {name} | {r['macs'] / 1e6:.2f} | {r['ps_top1']:.2f} | {s['test_top1']:.2f} | "
-                     f"{r['delta']:+.2f} | {s['lr']:g} | {twice} |")
+        lines.append(
+            f"| {name} | {r['macs'] / 1e6:.2f} | {r['ps_top1']:.2f} | {s['test_top1']:.2f} | "
+            f"{r['delta']:+.2f} | {s['lr']:g} | {twice} |"
+        )
     largest = result["subnets"]["largest"]["scratch"]
-    lines += ["", f"{result['train_images']} training / {result['test_images']} test images, seeds {result['seeds']}. "
-              f"PS run {result['ps_seconds']:.0f} s ({result['ps_train_images']:,} subnet-images); largest subnet "
-              f"from scratch {largest['seconds']:.0f} s ({largest['train_images']:,} images); PS / scratch-largest "
-              f"{result['ps_seconds'] / largest['seconds']:.2f} (budget 4). Within 0.5 points everywhere: "
-              f"{'yes' if result['within_target'] else 'no'}; scratch converged: "
-              f"{'yes' if result['scratch_converged'] else 'no'}."]
+    lines += [
+        "",
+        f"{result['train_images']} training / {result['test_images']} test images, seeds {result['seeds']}. "
+        f"PS run {result['ps_seconds']:.0f} s ({result['ps_train_images']:,} subnet-images); largest subnet "
+        f"from scratch {largest['seconds']:.0f} s ({largest['train_images']:,} images); PS / scratch-largest "
+        f"{result['ps_seconds'] / largest['seconds']:.2f} (budget 4). Within 0.5 points everywhere: "
+        f"{'yes' if result['within_target'] else 'no'}; scratch converged: "
+        f"{'yes' if result['scratch_converged'] else 'no'}.",
+    ]
     return lines
 
 
@@ -194,8 +294,15 @@ def render(runs: list[dict]) -> str:
         "",
     ]
     for run in runs:
-        lines += [f"## {run['name']}", "", run["meaning"] + ".", "", f"`{run['command']}` "
-                  f"(exit {run['exit']}, {run['seconds']} s, {run.get('date', '')}, {run.get('machine', '')})", ""]
+        lines += [
+            f"## {run['name']}",
+            "",
+            run["meaning"] + ".",
+            "",
+            f"`{run['command']}` "
+            f"(exit {run['exit']}, {run['seconds']} s, {run.get('date', '')}, {run.get('machine', '')})",
+            "",
+        ]
         if run["result"].get("skipped"):
             lines.append(f"(skipped: {run['result']['skipped']})")
         elif "ps_seconds" in run["result"]:  # the PS-vs-scratch report
@@ -214,13 +321,15 @@ def readme_table(runs: list[dict]) -> str:
     lines = ["| benchmark | figures | command | measured |", "|---|---|---|---|"]
     for run in runs:
         shown = BENCHMARKS[run["name"]].readme
-        figures = "; ".join(f"{label} {_cell(run['result'][key])}" for key, label in shown.items()
-                            if key in run["result"])
+        figures = "; ".join(
+            f"{label} {_cell(run['result'][key])}" for key, label in shown.items() if key in run["result"]
+        )
         if run["exit"] != 0 or not run["result"]:
             figures = f"failed (exit {run['exit']})"
         figures = figures or "see bench/RESULTS.md"
-        lines.append(f"| {run['name']} | {figures} | `{run['command']}` | {run.get('date', '')}, "
-                     f"{run.get('machine', '')} |")
+        lines.append(
+            f"| {run['name']} | {figures} | `{run['command']}` | {run.get('date', '')}, {run.get('machine', '')} |"
+        )
     return "\n".join(lines)
 
 
@@ -234,8 +343,11 @@ def update_readme(path: Path, table: str) -> str:
 
 def current(entries: list[dict]) -> dict[str, dict]:
     """Entries whose command is still the benchmark's command (others are stale)."""
-    return {r["name"]: r for r in entries
-            if r["name"] in BENCHMARKS and r["command"] == command_text(BENCHMARKS[r["name"]].command)}
+    return {
+        r["name"]: r
+        for r in entries
+        if r["name"] in BENCHMARKS and r["command"] == command_text(BENCHMARKS[r["name"]].command)
+    }
 
 
 def main() -> int:

@@ -81,23 +81,32 @@ def main() -> None:
     pool = feasible_samples(space, latency, budget, args.random, args.seed + 2)
     best_random = float(predictor.predict_batch(pool).max())
     out = {
-        "seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
-        "evolution_seconds": round(found.seconds, 3), "target_seconds": 1.0,
-        "table": table, "latency_budget_ms": round(budget, 4),
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
+        "evolution_seconds": round(found.seconds, 3),
+        "target_seconds": 1.0,
+        "table": table,
+        "latency_budget_ms": round(budget, 4),
         "found_top1": round(found.arch.extra["predicted_top1"], 4),
         "found_latency_ms": round(found.arch.extra["latency_ms"], 4),
-        "random_best_top1": round(best_random, 4), "random_samples": len(pool),
+        "random_best_top1": round(best_random, 4),
+        "random_samples": len(pool),
         "at_least_as_good": found.arch.extra["predicted_top1"] >= best_random,
-        "evaluated_subnets": result.evaluated, "pareto_size": len(result.front),
+        "evaluated_subnets": result.evaluated,
+        "pareto_size": len(result.front),
         "torch_threads": torch.get_num_threads(),
     }
     print(f"table: {table}")
-    print(f"one search, OFA defaults (population 100, 500 generations), budget {budget:.3f} ms: "
-          f"{seconds:.3f} s ({found.seconds:.3f} s evolution, the rest the Pareto front; {cpu_seconds:.3f} s of "
-          "CPU time: on a busy machine the wall time is longer); target <= 1 s")
-    print(f"found: predicted top-1 {out['found_top1']:.3f} at {out['found_latency_ms']:.3f} ms; best of "
-          f"{len(pool)} random subnets within budget: {best_random:.3f} -> "
-          f"{'at least as good' if out['at_least_as_good'] else 'WORSE'}")
+    print(
+        f"one search, OFA defaults (population 100, 500 generations), budget {budget:.3f} ms: "
+        f"{seconds:.3f} s ({found.seconds:.3f} s evolution, the rest the Pareto front; {cpu_seconds:.3f} s of "
+        "CPU time: on a busy machine the wall time is longer); target <= 1 s"
+    )
+    print(
+        f"found: predicted top-1 {out['found_top1']:.3f} at {out['found_latency_ms']:.3f} ms; best of "
+        f"{len(pool)} random subnets within budget: {best_random:.3f} -> "
+        f"{'at least as good' if out['at_least_as_good'] else 'WORSE'}"
+    )
     print(f"{result.evaluated} distinct subnets evaluated, Pareto front of {len(result.front)}")
     if args.json:
         print(json.dumps(out))

@@ -42,8 +42,7 @@ def plain_session(model: str | bytes) -> ort.InferenceSession:
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
-def plain_loop(session: ort.InferenceSession, feed: dict[str, np.ndarray], warmup: int = 30,
-               calls: int = 300) -> float:
+def plain_loop(session: ort.InferenceSession, feed: dict[str, np.ndarray], warmup: int = 30, calls: int = 300) -> float:
     """Median milliseconds of ``calls`` timed ``session.run`` calls after ``warmup`` untimed ones."""
     for _ in range(warmup):
         session.run(None, feed)
@@ -77,10 +76,15 @@ def demo_rows(folder: Path, warmup: int, calls: int) -> list[dict]:
         predicted = summary.get("predicted_latency_ms")
         if predicted is None or not onnx_path.is_file():
             continue
-        rows.append({"group": "demo", "model": str(onnx_path.relative_to(ROOT) if onnx_path.is_relative_to(ROOT)
-                                                   else onnx_path),
-                     "table": summary.get("table"), "predicted_ms": float(predicted),
-                     "measured_ms": measure(str(onnx_path), warmup, calls)})
+        rows.append(
+            {
+                "group": "demo",
+                "model": str(onnx_path.relative_to(ROOT) if onnx_path.is_relative_to(ROOT) else onnx_path),
+                "table": summary.get("table"),
+                "predicted_ms": float(predicted),
+                "measured_ms": measure(str(onnx_path), warmup, calls),
+            }
+        )
     return rows
 
 
@@ -98,8 +102,14 @@ def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, war
         for _ in range(n):
             arch = sample_arch(space, rng, resolutions=[r])
             model = export_onnx(build_subnet(space, arch).eval(), (1, space.in_channels, r, r))
-            rows.append({"group": f"{r}px", "model": arch.short(), "predicted_ms": table.predict(arch),
-                         "measured_ms": measure(model, warmup, calls)})
+            rows.append(
+                {
+                    "group": f"{r}px",
+                    "model": arch.short(),
+                    "predicted_ms": table.predict(arch),
+                    "measured_ms": measure(model, warmup, calls),
+                }
+            )
     return rows
 
 
@@ -123,8 +133,12 @@ def this_cpu() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--exports", type=Path, default=ROOT / "runs" / "digits" / "export",
-                        help="a pipeline run's export folder (default runs/digits/export)")
+    parser.add_argument(
+        "--exports",
+        type=Path,
+        default=ROOT / "runs" / "digits" / "export",
+        help="a pipeline run's export folder (default runs/digits/export)",
+    )
     parser.add_argument("--table", type=Path, default=ROOT / "latency_tables" / "mbv3_ort-cpu_t1_b1.yaml")
     parser.add_argument("--resolutions", type=int, nargs="+", default=[160, 224])
     parser.add_argument("--n", type=int, default=8, help="random mbv3 subnets per resolution (default 8)")
@@ -138,19 +152,28 @@ def main() -> int:
 
     demo = demo_rows(args.exports, args.warmup, args.calls) if args.exports.is_dir() else []
     if not demo:
-        print(f"demo: no exported models with a predicted latency under {args.exports}; skipped "
-              f"(run `make demo` first)")
+        print(
+            f"demo: no exported models with a predicted latency under {args.exports}; skipped (run `make demo` first)"
+        )
     subnets = subnet_rows(args.table, args.resolutions, args.n, args.seed, args.warmup, args.calls)
     for row in demo + subnets:
-        print(f"{row['group']:>9} predicted {row['predicted_ms']:8.4f} ms  plain loop {row['measured_ms']:8.4f} ms  "
-              f"{100 * (row['predicted_ms'] / row['measured_ms'] - 1):+6.1f}%  {row['model']}")
+        print(
+            f"{row['group']:>9} predicted {row['predicted_ms']:8.4f} ms  plain loop {row['measured_ms']:8.4f} ms  "
+            f"{100 * (row['predicted_ms'] / row['measured_ms'] - 1):+6.1f}%  {row['model']}"
+        )
     table_cpu = LatencyTable.load(args.table).meta.get("cpu")
     result = {
-        "demo_n": len(demo), "demo_within_10pct": share_within(demo), "demo_mape": mape(demo),
+        "demo_n": len(demo),
+        "demo_within_10pct": share_within(demo),
+        "demo_mape": mape(demo),
         "table": str(args.table.relative_to(ROOT) if args.table.is_relative_to(ROOT) else args.table),
-        "subnets_n": len(subnets), "subnets_within_10pct": share_within(subnets), "subnets_mape": mape(subnets),
-        **{f"subnets_{r}px_within_10pct": share_within([x for x in subnets if x["group"] == f"{r}px"])
-           for r in args.resolutions},
+        "subnets_n": len(subnets),
+        "subnets_within_10pct": share_within(subnets),
+        "subnets_mape": mape(subnets),
+        **{
+            f"subnets_{r}px_within_10pct": share_within([x for x in subnets if x["group"] == f"{r}px"])
+            for r in args.resolutions
+        },
         "table_measured_on_this_cpu": table_cpu == this_cpu(),
         "loop": f"{args.warmup} warm-up + {args.calls} timed session.run calls, median, perf_counter",
     }

@@ -106,8 +106,9 @@ class Arch:
         )
 
     @classmethod
-    def from_ofa_config(cls, config: Mapping[str, Any], resolution: int | Sequence[int] | None = None,
-                        source: str = "ofa config") -> Arch:
+    def from_ofa_config(
+        cls, config: Mapping[str, Any], resolution: int | Sequence[int] | None = None, source: str = "ofa config"
+    ) -> Arch:
         """An official once-for-all subnet ``{"ks", "e", "d"}`` at ``resolution`` (int or ``[int]``).
 
         ``resolution`` defaults to the config's ``"r"``. Raises ``SpaceError`` naming ``source`` and

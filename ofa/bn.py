@@ -24,8 +24,14 @@ def resize(x: torch.Tensor, resolution: int | None) -> torch.Tensor:
 
 
 @torch.no_grad()
-def recalibrate_bn(model: nn.Module, loader: Iterable, batches: int, device: torch.device | str | None = None,
-                   resolution: int | None = None, sync: bool = False) -> int:
+def recalibrate_bn(
+    model: nn.Module,
+    loader: Iterable,
+    batches: int,
+    device: torch.device | str | None = None,
+    resolution: int | None = None,
+    sync: bool = False,
+) -> int:
     """Reset and re-estimate every BN's running mean/var over ``batches`` batches of ``loader``.
 
     Statistics are exact averages of per-batch mean and (unbiased) variance, written only into the

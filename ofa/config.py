@@ -153,7 +153,7 @@ def _set_path(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
         if isinstance(node, list):
             index = _list_index(node, part)
             if index is None:
-                raise OFAError(f"--set {key}: {'.'.join(parts[:depth + 1])}: no such list entry in {source}")
+                raise OFAError(f"--set {key}: {'.'.join(parts[: depth + 1])}: no such list entry in {source}")
         elif isinstance(node, dict):
             index = part
         else:

@@ -92,8 +92,14 @@ class DataBundle:
     image_size: int
 
     def meta(self) -> dict[str, Any]:
-        return {"mean": list(self.mean), "std": list(self.std), "class_names": list(self.class_names),
-                "image_size": self.image_size, "in_channels": self.in_channels, "num_classes": self.num_classes}
+        return {
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "class_names": list(self.class_names),
+            "image_size": self.image_size,
+            "in_channels": self.in_channels,
+            "num_classes": self.num_classes,
+        }
 
 
 # --------------------------------------------------------------------------------------- config
@@ -171,8 +177,9 @@ class ImageSplit(Dataset):
     position or where a run was resumed. ``set_epoch`` selects the epoch.
     """
 
-    def __init__(self, source: Dataset, indices: Sequence[int], transform: Callable, seed: int = 0,
-                 random: bool = False) -> None:
+    def __init__(
+        self, source: Dataset, indices: Sequence[int], transform: Callable, seed: int = 0, random: bool = False
+    ) -> None:
         self.source, self.indices, self.transform = source, np.asarray(indices, dtype=np.int64), transform
         self.seed, self.random, self.epoch = seed, random, 0
 
@@ -192,15 +199,19 @@ class ImageSplit(Dataset):
             return self.transform(image), int(label)
 
 
-def _transforms(augment: str, size: int, mean: Sequence[float], std: Sequence[float],
-                pil: bool) -> tuple[Callable, Callable]:
+def _transforms(
+    augment: str, size: int, mean: Sequence[float], std: Sequence[float], pil: bool
+) -> tuple[Callable, Callable]:
     """(train, eval) transforms; PIL sources are converted to float tensors in [0, 1] first."""
     to_tensor = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)] if pil else []
     normalize = v2.Normalize(list(mean), list(std))
     resize = [v2.Resize((size, size), antialias=True)]
     if augment == "inception":
-        train = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip(),
-                 v2.ColorJitter(brightness=32 / 255, saturation=0.5)]
+        train = [
+            v2.RandomResizedCrop(size, antialias=True),
+            v2.RandomHorizontalFlip(),
+            v2.ColorJitter(brightness=32 / 255, saturation=0.5),
+        ]
         evaluate = [v2.Resize(math.ceil(size / 0.875), antialias=True), v2.CenterCrop(size)]
     else:
         extra = {
@@ -274,8 +285,9 @@ def _synthetic(cfg: DataConfig) -> tuple[TensorDataset, TensorDataset, list[str]
 def _upsample(images: torch.Tensor, size: int, antialias: bool = False) -> torch.Tensor:
     if images.shape[-1] == size:
         return images
-    return torch.nn.functional.interpolate(images, size=(size, size), mode="bilinear", align_corners=False,
-                                           antialias=antialias)
+    return torch.nn.functional.interpolate(
+        images, size=(size, size), mode="bilinear", align_corners=False, antialias=antialias
+    )
 
 
 def _subset(indices: np.ndarray, labels: np.ndarray | None, size: int | None, seed: int) -> np.ndarray:
@@ -318,12 +330,14 @@ def _open_torchvision(cfg: DataConfig, where: str) -> tuple[Dataset, Dataset | N
         test = open_(**test_args) if test_args is not None else None
     except Exception as exc:  # torchvision raises RuntimeError/FileNotFoundError/ValueError for missing files
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"{where}.root: cannot read {cfg.name} from {root} (nothing is downloaded): {reason}") \
-            from None
+        raise ConfigError(
+            f"{where}.root: cannot read {cfg.name} from {root} (nothing is downloaded): {reason}"
+        ) from None
     classes = getattr(train, "classes", None)
     if test is not None and classes is not None and getattr(test, "classes", classes) != classes:
-        raise ConfigError(f"{where}.test_split: the class folders of {cfg.test_split!r} differ from "
-                          f"those of {cfg.train_split!r}")
+        raise ConfigError(
+            f"{where}.test_split: the class folders of {cfg.test_split!r} differ from those of {cfg.train_split!r}"
+        )
     names = [str(c) for c in classes] if isinstance(classes, list | tuple) else None
     return train, test, names
 
@@ -371,8 +385,12 @@ def build_data(data_cfg: Mapping[str, Any] | DataConfig, source: str = "data") -
         train=ImageSplit(pool, train_idx, train_tf, cfg.seed, random=cfg.augment != "none"),
         val=ImageSplit(pool, val_idx, eval_tf),
         test=ImageSplit(test_src, test_idx, eval_tf),
-        num_classes=len(names), class_names=names, mean=tuple(mean), std=tuple(std),
-        in_channels=in_channels, image_size=cfg.image_size,
+        num_classes=len(names),
+        class_names=names,
+        mean=tuple(mean),
+        std=tuple(std),
+        in_channels=in_channels,
+        image_size=cfg.image_size,
     )
 
 
@@ -396,8 +414,17 @@ class ShardedBatchSampler(Sampler[list[int]]):
     rank takes the same number of steps); otherwise every image is seen exactly once (evaluation).
     """
 
-    def __init__(self, size: int, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool,
-                 rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        size: int,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        drop_last: bool,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world of {world_size}")
         self.size, self.batch_size, self.shuffle, self.seed = size, batch_size, shuffle, seed
@@ -418,13 +445,13 @@ class ShardedBatchSampler(Sampler[list[int]]):
         out = []
         for t in range(count):
             lo = t * glob + self.rank * self.batch_size
-            block = order[lo:min(lo + self.batch_size, (t + 1) * glob, self.size)]
+            block = order[lo : min(lo + self.batch_size, (t + 1) * glob, self.size)]
             if len(block):
                 out.append(block.tolist())
         return out
 
     def __iter__(self):
-        yield from self._batches()[self.start_batch:]
+        yield from self._batches()[self.start_batch :]
 
     def __len__(self) -> int:
         return max(0, len(self._batches()) - self.start_batch)
@@ -445,17 +472,30 @@ class LoaderOptions:
     persistent_workers: bool = False
 
 
-def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False,
-                options: LoaderOptions = LoaderOptions()) -> DataLoader:
+def make_loader(
+    dataset: Dataset,
+    batch_size: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    drop_last: bool = False,
+    options: LoaderOptions = LoaderOptions(),
+) -> DataLoader:
     """A DataLoader whose order depends only on (seed, epoch) and which holds this rank's shard.
 
     See `ShardedBatchSampler` for how batches are cut and `set_loader_epoch` for epochs and resume.
     """
     o = options
-    sampler = ShardedBatchSampler(len(dataset), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                                  rank=o.rank, world_size=o.world_size)
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=o.num_workers, pin_memory=o.pin_memory,
-                      persistent_workers=o.persistent_workers and o.num_workers > 0)
+    sampler = ShardedBatchSampler(
+        len(dataset), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=o.rank, world_size=o.world_size
+    )
+    return DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=o.num_workers,
+        pin_memory=o.pin_memory,
+        persistent_workers=o.persistent_workers and o.num_workers > 0,
+    )
 
 
 def set_loader_epoch(loader: DataLoader, epoch: int, start_batch: int = 0) -> None:

@@ -58,9 +58,15 @@ class GeneLayout:
         for name in GENE_ORDER:
             slices[name] = slice(len(choices), len(choices) + len(groups[name]))
             choices += groups[name]
-        return cls(space, slices, tuple(choices), _frozen([len(c) for c in choices]), _frozen(space.depths),
-                   _frozen(np.repeat(np.arange(space.num_stages), space.max_depth)),
-                   _frozen(np.tile(np.arange(space.max_depth), space.num_stages)))
+        return cls(
+            space,
+            slices,
+            tuple(choices),
+            _frozen([len(c) for c in choices]),
+            _frozen(space.depths),
+            _frozen(np.repeat(np.arange(space.num_stages), space.max_depth)),
+            _frozen(np.tile(np.arange(space.max_depth), space.num_stages)),
+        )
 
     @property
     def genes(self) -> int:
@@ -79,8 +85,12 @@ class GeneLayout:
     def encode(self, arch: Arch, source: str = "arch") -> np.ndarray:
         """Arch -> row of choice indices; raises ``SpaceError`` naming ``source`` if a value is no choice."""
         self.space.check_choices(arch, source)
-        groups = {"resolution": (arch.resolution,), "depths": arch.depths, "kernels": arch.kernels,
-                  "expands": arch.expands}
+        groups = {
+            "resolution": (arch.resolution,),
+            "depths": arch.depths,
+            "kernels": arch.kernels,
+            "expands": arch.expands,
+        }
         values = [v for name in self.slices for v in groups[name]]
         return np.array([c.index(v) for c, v in zip(self.choices, values)], dtype=np.int64)
 
@@ -90,8 +100,9 @@ class GeneLayout:
     def decode(self, row: np.ndarray) -> Arch:
         vals = [self.choices[i][int(g)] for i, g in enumerate(np.asarray(row).ravel())]
         sl = self.slices
-        return Arch(vals[self.resolution], tuple(vals[sl["depths"]]), tuple(vals[sl["kernels"]]),
-                    tuple(vals[sl["expands"]]))
+        return Arch(
+            vals[self.resolution], tuple(vals[sl["depths"]]), tuple(vals[sl["kernels"]]), tuple(vals[sl["expands"]])
+        )
 
     # ----------------------------------------------------------------- subnets behind rows
     def active_slots(self, rows: np.ndarray) -> np.ndarray:
@@ -114,8 +125,9 @@ class GeneLayout:
         """``n`` uniform random archs as gene rows."""
         return (rng.random((n, self.genes)) * self.sizes).astype(np.int64)
 
-    def mutate(self, rows: np.ndarray, rng: np.random.Generator, prob: float = 0.1,
-               resolution_prob: float = 0.5) -> np.ndarray:
+    def mutate(
+        self, rows: np.ndarray, rng: np.random.Generator, prob: float = 0.1, resolution_prob: float = 0.5
+    ) -> np.ndarray:
         """Redraw each gene with probability ``prob`` (the resolution with ``resolution_prob``), as OFA."""
         p = np.full(rows.shape[1], prob)
         p[self.resolution] = resolution_prob
@@ -133,9 +145,15 @@ def _layout(space: SearchSpace) -> GeneLayout:
     return GeneLayout.build(space)
 
 
-def sample_arch(space: SearchSpace, rng: np.random.Generator | int | None = None, *,
-                kernels: Sequence[int] | None = None, expands: Sequence[int] | None = None,
-                depths: Sequence[int] | None = None, resolutions: Sequence[int] | None = None) -> Arch:
+def sample_arch(
+    space: SearchSpace,
+    rng: np.random.Generator | int | None = None,
+    *,
+    kernels: Sequence[int] | None = None,
+    expands: Sequence[int] | None = None,
+    depths: Sequence[int] | None = None,
+    resolutions: Sequence[int] | None = None,
+) -> Arch:
     """Uniform random arch, optionally restricted to subsets of the choices (a training phase).
 
     ``rng`` is a generator or a seed: the same seed gives the same arch.
@@ -197,15 +215,19 @@ class ArchEncoder:
             active = slots[:, : self.n_kernels].sum(1) > 0
             depths = []
             for s in range(space.num_stages):
-                used = active[s * d:(s + 1) * d]
+                used = active[s * d : (s + 1) * d]
                 depth = int(used.sum())
                 if not used[:depth].all() or depth not in space.depths:
                     raise OFAError(f"features of stage {s} do not describe a depth of this space")
                 depths.append(depth)
-            kernels = [space.kernels[int(k)] if a else space.kernels[0]
-                       for k, a in zip(slots[:, : self.n_kernels].argmax(1), active)]
-            expands = [space.expands[int(e)] if a else space.expands[0]
-                       for e, a in zip(slots[:, self.n_kernels:].argmax(1), active)]
-            res = space.resolutions[int(f[self.res_offset:].argmax())]
+            kernels = [
+                space.kernels[int(k)] if a else space.kernels[0]
+                for k, a in zip(slots[:, : self.n_kernels].argmax(1), active)
+            ]
+            expands = [
+                space.expands[int(e)] if a else space.expands[0]
+                for e, a in zip(slots[:, self.n_kernels :].argmax(1), active)
+            ]
+            res = space.resolutions[int(f[self.res_offset :].argmax())]
             archs.append(Arch(res, tuple(depths), tuple(kernels), tuple(expands)))
         return archs

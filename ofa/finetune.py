@@ -62,12 +62,19 @@ class FinetuneRecipe:
     source: str = field(default="recipe", compare=False)
 
     def __post_init__(self) -> None:
-        checks = ((self.epochs >= 1, "epochs: must be >= 1"), (self.lr > 0, "lr: must be positive"),
-                  (self.warmup_epochs >= 0, "warmup_epochs: must be >= 0"),
-                  (self.distill.ratio >= 0 and self.distill.temperature > 0,
-                   "distill.ratio: must be >= 0, and distill.temperature > 0"),
-                  (self.checkpoint.every_steps >= 0 and self.checkpoint.keep >= 2,
-                   "checkpoint.every_steps: must be >= 0, and checkpoint.keep >= 2"))
+        checks = (
+            (self.epochs >= 1, "epochs: must be >= 1"),
+            (self.lr > 0, "lr: must be positive"),
+            (self.warmup_epochs >= 0, "warmup_epochs: must be >= 0"),
+            (
+                self.distill.ratio >= 0 and self.distill.temperature > 0,
+                "distill.ratio: must be >= 0, and distill.temperature > 0",
+            ),
+            (
+                self.checkpoint.every_steps >= 0 and self.checkpoint.keep >= 2,
+                "checkpoint.every_steps: must be >= 0, and checkpoint.keep >= 2",
+            ),
+        )
         bad = next((why for ok, why in checks if not ok), None)
         if bad:
             raise OFAError(f"{self.source}: {bad}")
@@ -88,8 +95,9 @@ def load_finetune_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Fin
         raise OFAError(f"{path}: a fine-tuning recipe is a mapping with epochs, lr, data, ...")
     raw = apply_overrides(dict(raw), overrides, str(path))
     try:
-        kwargs = parse_fields(FinetuneRecipe, {k: v for k, v in raw.items() if k != "data"}, "",
-                              skip=("data", "source"))
+        kwargs = parse_fields(
+            FinetuneRecipe, {k: v for k, v in raw.items() if k != "data"}, "", skip=("data", "source")
+        )
         return FinetuneRecipe(data=parse_data_config(raw.get("data"), "data"), source=str(path), **kwargs)
     except (ConfigError, SpaceError) as exc:
         raise OFAError(f"{path}: {exc}") from None
@@ -112,8 +120,9 @@ class FinetuneResult:
     epochs: int
 
 
-def finetune(supernet: OFAMobileNetV3, arch: Arch, recipe: FinetuneRecipe, out_dir: str | Path,
-             resume: bool = False) -> FinetuneResult:
+def finetune(
+    supernet: OFAMobileNetV3, arch: Arch, recipe: FinetuneRecipe, out_dir: str | Path, resume: bool = False
+) -> FinetuneResult:
     """Train subnet ``arch`` of ``supernet`` on the recipe's data into ``out_dir`` (``subnet.pt``)."""
     out = Path(out_dir)
     store = CheckpointStore(out / "checkpoints", recipe.checkpoint.keep)
@@ -121,13 +130,21 @@ def finetune(supernet: OFAMobileNetV3, arch: Arch, recipe: FinetuneRecipe, out_d
         raise OFAError(f"{out}: already holds a fine-tuning run; pass --resume to continue it or choose another --out")
     supernet.space.validate(arch, "--arch")
     if recipe.distill.teacher == "supernet" and supernet.meta.get("fresh_classifier"):
-        raise OFAError("distill.teacher: supernet: this supernet was re-headed and its classifier is untrained, so it "
-                       "cannot teach until the whole supernet is fine-tuned (`ofa train` with init.supernet)")
+        raise OFAError(
+            "distill.teacher: supernet: this supernet was re-headed and its classifier is untrained, so it "
+            "cannot teach until the whole supernet is fine-tuned (`ofa train` with init.supernet)"
+        )
     return _Finetuner(supernet, arch, recipe, out, store).run(resume)
 
 
-def finetune_files(supernet_path: str | Path, arch_path: str | Path, recipe_path: str | Path, out_dir: str | Path,
-                   resume: bool = False, overrides: Sequence[str] = ()) -> FinetuneResult:
+def finetune_files(
+    supernet_path: str | Path,
+    arch_path: str | Path,
+    recipe_path: str | Path,
+    out_dir: str | Path,
+    resume: bool = False,
+    overrides: Sequence[str] = (),
+) -> FinetuneResult:
     """`finetune` from files (what the CLI calls)."""
     recipe = load_finetune_recipe(recipe_path, overrides)
     supernet = OFAMobileNetV3.load(supernet_path)
@@ -138,32 +155,44 @@ def finetune_files(supernet_path: str | Path, arch_path: str | Path, recipe_path
 class _Finetuner:
     """State and steps of one fine-tuning run: the position (epoch, step) plus weights and optimizer."""
 
-    def __init__(self, supernet: OFAMobileNetV3, arch: Arch, recipe: FinetuneRecipe, out: Path,
-                 store: CheckpointStore) -> None:
+    def __init__(
+        self, supernet: OFAMobileNetV3, arch: Arch, recipe: FinetuneRecipe, out: Path, store: CheckpointStore
+    ) -> None:
         self.recipe, self.arch, self.out, self.store = recipe, arch, out, store
         auto = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(auto if recipe.device == "auto" else recipe.device)
         self.space = supernet.space
         self.data: DataBundle = build_data(recipe.data)
-        for key, have, want in (("num_classes", self.space.num_classes, self.data.num_classes),
-                                ("in_channels", self.space.in_channels, self.data.in_channels)):
+        for key, have, want in (
+            ("num_classes", self.space.num_classes, self.data.num_classes),
+            ("in_channels", self.space.in_channels, self.data.in_channels),
+        ):
             if have != want:
-                raise OFAError(f"the supernet's {key} is {have} but the {recipe.data.name} data has {want}: re-head "
-                               "it first (`ofa import --num-classes/--in-channels` or a recipe's init.supernet)")
+                raise OFAError(
+                    f"the supernet's {key} is {have} but the {recipe.data.name} data has {want}: re-head "
+                    "it first (`ofa import --num-classes/--in-channels` or a recipe's init.supernet)"
+                )
         self.model = supernet.extract(arch).to(self.device).train()
-        self.teacher = (frozen_teacher(supernet).to(self.device) if recipe.distill.teacher == "supernet" else None)
+        self.teacher = frozen_teacher(supernet).to(self.device) if recipe.distill.teacher == "supernet" else None
         d = recipe.data
         self.train_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=recipe.seed, drop_last=True)
         self.val_loader = make_loader(self.data.val, d.eval_batch_size, shuffle=False, seed=0)
         self.steps_per_epoch = len(self.train_loader)
         if self.steps_per_epoch == 0:
-            raise OFAError(f"{recipe.source}: data.batch_size {d.batch_size} is larger than the "
-                           f"{len(self.data.train)} training images")
+            raise OFAError(
+                f"{recipe.source}: data.batch_size {d.batch_size} is larger than the "
+                f"{len(self.data.train)} training images"
+            )
         ref = recipe.optimizer.lr_reference_batch
         self.lr_scale = d.batch_size / ref if ref else 1.0
         self.optimizer = build_optimizer(self.model, recipe.optimizer, recipe.lr * self.lr_scale)
-        self.meta = {**self.data.meta(), "data": recipe.data.to_dict(), "recipe": recipe.to_dict(),
-                     "supernet_sha256": supernet.meta.get("supernet_sha256"), "finetuned": True}
+        self.meta = {
+            **self.data.meta(),
+            "data": recipe.data.to_dict(),
+            "recipe": recipe.to_dict(),
+            "supernet_sha256": supernet.meta.get("supernet_sha256"),
+            "finetuned": True,
+        }
         self.epoch = self.step = self.global_step = self.metrics_lines = 0
         self.epoch_loss, self.last_lr = 0.0, 0.0
 
@@ -179,10 +208,20 @@ class _Finetuner:
         for epoch in range(self.epoch, self.recipe.epochs):
             self._train_epoch(epoch)
             val = evaluate(self.model, self.val_loader, self.arch.resolution, self.device)["top1"]
-            self._write_metrics({"kind": "epoch", "epoch": epoch + 1, "step": self.global_step, "lr": self.last_lr,
-                                 "loss": self.epoch_loss / self.steps_per_epoch, "val_top1": val})
-            tqdm.write(f"finetune epoch {epoch + 1}/{self.recipe.epochs}: loss "
-                       f"{self.epoch_loss / self.steps_per_epoch:.4f}, val top-1 {val:.2f}%")
+            self._write_metrics(
+                {
+                    "kind": "epoch",
+                    "epoch": epoch + 1,
+                    "step": self.global_step,
+                    "lr": self.last_lr,
+                    "loss": self.epoch_loss / self.steps_per_epoch,
+                    "val_top1": val,
+                }
+            )
+            tqdm.write(
+                f"finetune epoch {epoch + 1}/{self.recipe.epochs}: loss "
+                f"{self.epoch_loss / self.steps_per_epoch:.4f}, val top-1 {val:.2f}%"
+            )
             self.epoch, self.step, self.epoch_loss = epoch + 1, 0, 0.0
             self._save()
         return self._finish(val)
@@ -190,8 +229,14 @@ class _Finetuner:
     def _train_epoch(self, epoch: int) -> None:
         set_loader_epoch(self.train_loader, epoch, start_batch=self.step)
         every = self.recipe.checkpoint.every_steps
-        with tqdm(total=self.steps_per_epoch, initial=self.step, desc=f"finetune {epoch + 1}/{self.recipe.epochs}",
-                  unit="step", leave=False, disable=None) as bar:
+        with tqdm(
+            total=self.steps_per_epoch,
+            initial=self.step,
+            desc=f"finetune {epoch + 1}/{self.recipe.epochs}",
+            unit="step",
+            leave=False,
+            disable=None,
+        ) as bar:
             for x, y in self.train_loader:
                 self.epoch_loss += self._train_step(epoch, x, y)
                 self.step += 1
@@ -203,8 +248,13 @@ class _Finetuner:
     def _train_step(self, epoch: int, x: torch.Tensor, y: torch.Tensor) -> float:
         r = self.recipe
         torch.manual_seed(step_seed(r.seed, 0, epoch, self.step, 0))  # dropout
-        self.last_lr = lr_at(epoch * self.steps_per_epoch + self.step, self.steps_per_epoch, r.phase,
-                             ScheduleConfig(lr_schedule=r.lr_schedule, min_lr=r.min_lr), self.lr_scale)
+        self.last_lr = lr_at(
+            epoch * self.steps_per_epoch + self.step,
+            self.steps_per_epoch,
+            r.phase,
+            ScheduleConfig(lr_schedule=r.lr_schedule, min_lr=r.min_lr),
+            self.lr_scale,
+        )
         set_lr(self.optimizer, self.last_lr)
         x, y = resize(x.to(self.device), self.arch.resolution), y.to(self.device)
         logits = self.model(x)
@@ -224,17 +274,30 @@ class _Finetuner:
 
     # ------------------------------------------------------------------ files
     def _save(self) -> None:
-        self.store.save({
-            "kind": "finetune", "space": self.space.to_dict(), "arch": self.arch.to_dict(), "meta": self.meta,
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "phase": 0,
-            "epoch": self.epoch, "step": self.step, "global_step": self.global_step, "epoch_loss": self.epoch_loss,
-            "last_lr": self.last_lr, "metrics_lines": self.metrics_lines,
-        })
+        self.store.save(
+            {
+                "kind": "finetune",
+                "space": self.space.to_dict(),
+                "arch": self.arch.to_dict(),
+                "meta": self.meta,
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "phase": 0,
+                "epoch": self.epoch,
+                "step": self.step,
+                "global_step": self.global_step,
+                "epoch_loss": self.epoch_loss,
+                "last_lr": self.last_lr,
+                "metrics_lines": self.metrics_lines,
+            }
+        )
 
     def _load(self, state: dict[str, Any]) -> None:
         if state.get("kind") != "finetune" or state.get("arch") != self.arch.to_dict():
-            raise OFAError(f"{self.store.folder}: its checkpoints are not of a fine-tuning run of this arch; "
-                           "resume with the --arch the run started with, or choose another --out")
+            raise OFAError(
+                f"{self.store.folder}: its checkpoints are not of a fine-tuning run of this arch; "
+                "resume with the --arch the run started with, or choose another --out"
+            )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.step, self.global_step = int(state["epoch"]), int(state["step"]), int(state["global_step"])
@@ -244,7 +307,7 @@ class _Finetuner:
     def _truncate_metrics(self) -> None:
         """Drop lines written after the checkpoint resumed from (none when starting afresh)."""
         path = self.out / "metrics.jsonl"
-        kept = path.read_text().splitlines(keepends=True)[:self.metrics_lines] if path.is_file() else []
+        kept = path.read_text().splitlines(keepends=True)[: self.metrics_lines] if path.is_file() else []
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(kept))
 
@@ -257,10 +320,22 @@ class _Finetuner:
         test_loader = make_loader(self.data.test, self.recipe.data.eval_batch_size, shuffle=False, seed=0)
         start = time.perf_counter()
         test = evaluate(self.model, test_loader, self.arch.resolution, self.device)["top1"]
-        self._write_metrics({"kind": "test", "step": self.global_step, "test_top1": test, "val_top1": val,
-                             "seconds": time.perf_counter() - start})
+        self._write_metrics(
+            {
+                "kind": "test",
+                "step": self.global_step,
+                "test_top1": test,
+                "val_top1": val,
+                "seconds": time.perf_counter() - start,
+            }
+        )
         self.model.eval().cpu()
-        path = save_subnet(self.model, self.space, self.arch, self.out / "subnet.pt",
-                           meta={**self.meta, "test_top1": test, "val_top1": val})
+        path = save_subnet(
+            self.model,
+            self.space,
+            self.arch,
+            self.out / "subnet.pt",
+            meta={**self.meta, "test_top1": test, "val_top1": val},
+        )
         tqdm.write(f"test top-1 {test:.2f}% ({self.arch.short()}); subnet: {path}")
         return FinetuneResult(path, self.arch, val, test, self.recipe.epochs)

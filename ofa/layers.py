@@ -60,8 +60,15 @@ class LayerSpec:
         values = dict(p.split("=", 1) for p in parts)
         hw, _, c = values["in"].split("x")
         return cls(
-            kind=kind, in_hw=int(hw), in_c=int(c), out_c=int(values["out"]), kernel=int(values["k"]),
-            mid=int(values["mid"]), stride=int(values["s"]), se=values["se"] == "1", act=values["act"],
+            kind=kind,
+            in_hw=int(hw),
+            in_c=int(c),
+            out_c=int(values["out"]),
+            kernel=int(values["k"]),
+            mid=int(values["mid"]),
+            stride=int(values["s"]),
+            se=values["se"] == "1",
+            act=values["act"],
         )
 
     @property

@@ -34,8 +34,12 @@ PAPER_EXPANDS = (3, 4, 6)
 PAPER_DEPTHS = (2, 3, 4)
 PAPER_RESOLUTIONS = tuple(range(128, 225, 4))
 # How the official ImageNet models expect their input (official imagenet data provider).
-OFFICIAL_PREPROCESS = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-                       "interpolation": "bilinear", "crop_pct": 0.875}
+OFFICIAL_PREPROCESS = {
+    "mean": [0.485, 0.456, 0.406],
+    "std": [0.229, 0.224, 0.225],
+    "interpolation": "bilinear",
+    "crop_pct": 0.875,
+}
 
 _BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 # Elastic block (blocks.N, N >= 1): official canonical suffix → ours.
@@ -44,8 +48,11 @@ _BLOCK = {
     "depth_conv.conv.weight": "conv_dw.weight",
     "point_linear.conv.weight": "conv_pwl.weight",
     **{f"depth_conv.se.fc.{o}.{p}": f"se.conv_{o}.{p}" for o in ("reduce", "expand") for p in ("weight", "bias")},
-    **{f"{o}.bn.{b}": f"{u}.{b}" for o, u in (("inverted_bottleneck", "bn1"), ("depth_conv", "bn2"),
-                                               ("point_linear", "bn3")) for b in _BN},
+    **{
+        f"{o}.bn.{b}": f"{u}.{b}"
+        for o, u in (("inverted_bottleneck", "bn1"), ("depth_conv", "bn2"), ("point_linear", "bn3"))
+        for b in _BN
+    },
 }
 _MATRIX = re.compile(r"^depth_conv\.conv\.(\d+)to(\d+)_matrix$")
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.conv\.(.+)$")
@@ -62,8 +69,12 @@ def _fixed_map(final: int) -> dict[str, str]:
         "classifier.linear.weight": "classifier.weight",
         "classifier.linear.bias": "classifier.bias",
     }
-    bns = (("first_conv", "bn1"), ("blocks.0.conv.depth_conv", "blocks.0.0.bn1"),
-           ("blocks.0.conv.point_linear", "blocks.0.0.bn2"), ("final_expand_layer", f"blocks.{final}.0.bn1"))
+    bns = (
+        ("first_conv", "bn1"),
+        ("blocks.0.conv.depth_conv", "blocks.0.0.bn1"),
+        ("blocks.0.conv.point_linear", "blocks.0.0.bn2"),
+        ("final_expand_layer", f"blocks.{final}.0.bn1"),
+    )
     for official, ours in bns:
         out.update({f"{official}.bn.{b}": f"{ours}.{b}" for b in _BN})
     return out
@@ -90,8 +101,12 @@ def official_key_map(space: SearchSpace) -> dict[str, str]:
             pre, ours = f"blocks.{1 + s * d + j}.conv.", f"blocks.{s + 1}.{j}."
             out.update({pre + o: ours + u for o, u in _BLOCK.items() if stage.se or ".se." not in o})
             kernels = sorted(space.kernels, reverse=True)
-            out.update({f"{pre}depth_conv.conv.{a}to{b}_matrix": f"{ours}conv_dw.transforms.{a}to{b}"
-                        for a, b in itertools.pairwise(kernels)})
+            out.update(
+                {
+                    f"{pre}depth_conv.conv.{a}to{b}_matrix": f"{ours}conv_dw.transforms.{a}to{b}"
+                    for a, b in itertools.pairwise(kernels)
+                }
+            )
     return out
 
 
@@ -105,8 +120,9 @@ def read_official(path: str | Path) -> dict[str, torch.Tensor]:
         raise OFAError(f"{path}: no state_dict in the checkpoint (keys: {sorted(map(str, obj))[:5]})")
     bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
     if bad is not None:
-        raise OFAError(f"{path}: not an OFA-MobileNetV3 checkpoint (entry {bad!r} is a "
-                       f"{type(state[bad]).__name__}, not a tensor)")
+        raise OFAError(
+            f"{path}: not an OFA-MobileNetV3 checkpoint (entry {bad!r} is a {type(state[bad]).__name__}, not a tensor)"
+        )
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         name = canonical_key(str(key))
@@ -117,8 +133,10 @@ def read_official(path: str | Path) -> dict[str, torch.Tensor]:
     missing = [k for k in landmarks if k not in out]
     if missing or not any(_BLOCK_KEY.match(k) for k in out):
         sample = ", ".join(sorted(out)[:3])
-        raise OFAError(f"{path}: not an OFA-MobileNetV3 checkpoint (no {missing[0] if missing else 'blocks.N.conv.*'}"
-                       f"; found {sample}, ...)")
+        raise OFAError(
+            f"{path}: not an OFA-MobileNetV3 checkpoint (no {missing[0] if missing else 'blocks.N.conv.*'}"
+            f"; found {sample}, ...)"
+        )
     return out
 
 
@@ -134,19 +152,25 @@ def _shape(state: Mapping[str, torch.Tensor], key: str, source: str, dims: int) 
 def _kernel_set(state: Mapping[str, torch.Tensor], source: str) -> tuple[int, ...]:
     """Largest kernel from block 1's depthwise weight, smaller ones from its ``AtoB_matrix`` chain."""
     big = _shape(state, "blocks.1.conv.depth_conv.conv.weight", source, 4)[-1]
-    pairs = sorted((int(m[1]), int(m[2])) for k in state if k.startswith("blocks.1.conv.")
-                   and (m := _MATRIX.match(k[len("blocks.1.conv."):])))
+    pairs = sorted(
+        (int(m[1]), int(m[2]))
+        for k in state
+        if k.startswith("blocks.1.conv.") and (m := _MATRIX.match(k[len("blocks.1.conv.") :]))
+    )
     kernels = sorted({big, *(b for _, b in pairs)}, reverse=True)
     if pairs != sorted(itertools.pairwise(kernels)):
-        raise OFAError(f"{source}: kernel transform matrices {[f'{a}to{b}' for a, b in pairs]} do not form a "
-                       f"chain from the {big}x{big} kernel")
+        raise OFAError(
+            f"{source}: kernel transform matrices {[f'{a}to{b}' for a, b in pairs]} do not form a "
+            f"chain from the {big}x{big} kernel"
+        )
     return tuple(sorted(kernels))
 
 
 def _max_expand(state: Mapping[str, torch.Tensor], source: str, blocks: int) -> int:
     """The integer ratio whose rounded width (``make_divisible(round(in * e))``) every block shows."""
-    shapes = [_shape(state, f"blocks.{n}.conv.inverted_bottleneck.conv.weight", source, 4)
-              for n in range(1, blocks + 1)]
+    shapes = [
+        _shape(state, f"blocks.{n}.conv.inverted_bottleneck.conv.weight", source, 4) for n in range(1, blocks + 1)
+    ]
     for e in range(1, 17):
         if all(mid_channels(shape[1], e) == shape[0] for shape in shapes):
             return e
@@ -163,31 +187,45 @@ def _choices(found: int, given: tuple[int, ...] | None, paper: tuple[int, ...], 
     return tuple(sorted(set(given)))
 
 
-def infer_space(state: Mapping[str, torch.Tensor], source: str, expands: tuple[int, ...] | None = None,
-                depths: tuple[int, ...] | None = None) -> SearchSpace:
+def infer_space(
+    state: Mapping[str, torch.Tensor],
+    source: str,
+    expands: tuple[int, ...] | None = None,
+    depths: tuple[int, ...] | None = None,
+) -> SearchSpace:
     """The space an official checkpoint was built for, from its tensor shapes alone."""
     numbers = sorted({int(m[1]) for k in state if (m := _BLOCK_KEY.match(k))} - {0})
     if numbers != list(range(1, len(numbers) + 1)) or not numbers or len(numbers) % OFFICIAL_STAGES:
-        raise OFAError(f"{source}: {len(numbers)} elastic blocks (blocks.1..N); OFA-MobileNetV3 has "
-                       f"{OFFICIAL_STAGES} stages of equally many")
+        raise OFAError(
+            f"{source}: {len(numbers)} elastic blocks (blocks.1..N); OFA-MobileNetV3 has "
+            f"{OFFICIAL_STAGES} stages of equally many"
+        )
     if "blocks.0.conv.inverted_bottleneck.conv.weight" in state:
         raise OFAError(f"{source}: blocks.0 has an expand conv; OFA-MobileNetV3's first block has none")
     max_depth = len(numbers) // OFFICIAL_STAGES
     stem = _shape(state, "first_conv.conv.weight", source, 4)
     first = _shape(state, "blocks.0.conv.point_linear.conv.weight", source, 4)
     stages = tuple(
-        StageSpec(_shape(state, f"blocks.{1 + s * max_depth}.conv.point_linear.conv.weight", source, 4)[0],
-                  OFFICIAL_STRIDES[s], f"blocks.{1 + s * max_depth}.conv.depth_conv.se.fc.reduce.weight" in state,
-                  OFFICIAL_ACTS[s])
-        for s in range(OFFICIAL_STAGES))
+        StageSpec(
+            _shape(state, f"blocks.{1 + s * max_depth}.conv.point_linear.conv.weight", source, 4)[0],
+            OFFICIAL_STRIDES[s],
+            f"blocks.{1 + s * max_depth}.conv.depth_conv.se.fc.reduce.weight" in state,
+            OFFICIAL_ACTS[s],
+        )
+        for s in range(OFFICIAL_STAGES)
+    )
     return SearchSpace(
-        stages=stages, kernels=_kernel_set(state, source),
+        stages=stages,
+        kernels=_kernel_set(state, source),
         expands=_choices(_max_expand(state, source, len(numbers)), expands, PAPER_EXPANDS, "expands"),
-        depths=_choices(max_depth, depths, PAPER_DEPTHS, "depths"), resolutions=PAPER_RESOLUTIONS,
-        stem_width=stem[0], first_width=first[0],
+        depths=_choices(max_depth, depths, PAPER_DEPTHS, "depths"),
+        resolutions=PAPER_RESOLUTIONS,
+        stem_width=stem[0],
+        first_width=first[0],
         final_expand_width=_shape(state, "final_expand_layer.conv.weight", source, 4)[0],
         feature_width=_shape(state, "feature_mix_layer.conv.weight", source, 4)[0],
-        in_channels=stem[1], num_classes=_shape(state, "classifier.linear.weight", source, 2)[0],
+        in_channels=stem[1],
+        num_classes=_shape(state, "classifier.linear.weight", source, 2)[0],
     )
 
 
@@ -203,8 +241,10 @@ def load_official_weights(net: OFAMobileNetV3, state: Mapping[str, torch.Tensor]
         raise OFAError(f"{source}: missing key {missing[0]!r}")
     for official, mine in key_map.items():
         if tuple(state[official].shape) != tuple(ours[mine].shape):
-            raise OFAError(f"{source}: {official} has shape {list(state[official].shape)}, expected "
-                           f"{list(ours[mine].shape)} for the inferred space")
+            raise OFAError(
+                f"{source}: {official} has shape {list(state[official].shape)}, expected "
+                f"{list(ours[mine].shape)} for the inferred space"
+            )
         ours[mine] = state[official]
     net.load_state_dict(ours)
     return net
@@ -216,8 +256,10 @@ def check_official_layout(space: SearchSpace) -> None:
         (space.num_stages == OFFICIAL_STAGES, f"{space.num_stages} stages instead of {OFFICIAL_STAGES}"),
         (tuple(s.stride for s in space.stages) == OFFICIAL_STRIDES, "stage strides differ from the paper's"),
         (tuple(s.act for s in space.stages) == OFFICIAL_ACTS, "stage activations differ from the paper's"),
-        ((space.stem_stride, space.stem_act, space.head_act) == (2, "hswish", "hswish"),
-         "stem stride/activation or head activation differ from the paper's"),
+        (
+            (space.stem_stride, space.stem_act, space.head_act) == (2, "hswish", "hswish"),
+            "stem stride/activation or head activation differ from the paper's",
+        ),
     ]
     bad = next((why for ok, why in problems if not ok), None)
     if bad:
@@ -238,8 +280,9 @@ def to_official_state(net: OFAMobileNetV3) -> dict[str, torch.Tensor]:
     """Our supernet's weights under the official checkpoint's names (``torch.save({"state_dict": ...})``)."""
     check_official_layout(net.space)
     ours = net.state_dict()
-    return {_official_name(official): ours[mine].detach().clone() for official, mine in
-            official_key_map(net.space).items()}
+    return {
+        _official_name(official): ours[mine].detach().clone() for official, mine in official_key_map(net.space).items()
+    }
 
 
 @dataclass(frozen=True)
@@ -273,9 +316,15 @@ def import_official(path: str | Path, config: ImportConfig = ImportConfig()) -> 
     state = read_official(path)
     space = infer_space(state, source, config.expands, config.depths)
     net = load_official_weights(OFAMobileNetV3(space), state, source)
-    net.meta = {**OFFICIAL_PREPROCESS, "imported_from": {"file": Path(path).name, "sha256": file_sha256(path),
-                                                          "code": "mit-han-lab/once-for-all OFAMobileNetV3"},
-                "bn_recalibration": "required: official subnets are evaluated with per-subnet BN statistics"}
+    net.meta = {
+        **OFFICIAL_PREPROCESS,
+        "imported_from": {
+            "file": Path(path).name,
+            "sha256": file_sha256(path),
+            "code": "mit-han-lab/once-for-all OFAMobileNetV3",
+        },
+        "bn_recalibration": "required: official subnets are evaluated with per-subnet BN statistics",
+    }
     if config.in_channels is not None and config.in_channels != space.in_channels:
         net = fold_input_channels(net, config.in_channels)
     if config.num_classes is not None:

@@ -68,8 +68,13 @@ def from_ofa_config(config: Mapping[str, Any], resolution: Any = None, source: s
     return r, d, ks, e
 
 
-def to_ofa_config(resolution: int, depths: Sequence[int], kernels: Sequence[int],
-                  expands: Sequence[int]) -> dict[str, Any]:
+def to_ofa_config(
+    resolution: int, depths: Sequence[int], kernels: Sequence[int], expands: Sequence[int]
+) -> dict[str, Any]:
     """(resolution, depths, kernels, expands) → official ``{"ks", "e", "d", "r"}``."""
-    return {"ks": [int(k) for k in kernels], "e": [int(x) for x in expands], "d": [int(x) for x in depths],
-            "r": int(resolution)}
+    return {
+        "ks": [int(k) for k in kernels],
+        "e": [int(x) for x in expands],
+        "d": [int(x) for x in depths],
+        "r": int(resolution),
+    }

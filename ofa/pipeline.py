@@ -100,8 +100,7 @@ class Pipeline:
         try:
             return work()
         except OFAError as exc:
-            raise OFAError(f"stage '{name}': {exc} (fix it and rerun the pipeline: finished stages are kept)") \
-                from None
+            raise OFAError(f"stage '{name}': {exc} (fix it and rerun the pipeline: finished stages are kept)") from None
 
     def done(self, stage: str, key: str, outputs: Sequence[Path]) -> bool:
         if self.state.get(stage) == key and all(p.exists() for p in outputs):
@@ -122,6 +121,8 @@ class Pipeline:
         with process_group(recipe.device, timeout=timedelta(hours=24)) as env:
             self.env = env
             supernet = self.stage("train", lambda: self.train(recipe))
+            if env.distributed:
+                dist.barrier()  # rank 0 writes the supernet file after the last step
             net = OFAMobileNetV3.load(supernet)
             data = data_from_meta(net.meta)
             acc = self.stage("collect", lambda: self.collect(net, data, supernet))
@@ -157,8 +158,13 @@ class Pipeline:
         acc = self.out / "acc.jsonl"
         key = digest([file_sha256(supernet), self.cfg.subnets, self.cfg.calib_batches, self.cfg.seed])
         if not self.done("collect", key, [acc]):
-            cfg = CollectConfig(n=self.cfg.subnets, seed=self.cfg.seed, calib_batches=self.cfg.calib_batches,
-                                repeat_split=True, supernet=str(supernet))
+            cfg = CollectConfig(
+                n=self.cfg.subnets,
+                seed=self.cfg.seed,
+                calib_batches=self.cfg.calib_batches,
+                repeat_split=True,
+                supernet=str(supernet),
+            )
             collect(net, data, acc, cfg, self.env)
             self.mark("collect", key)
         return acc
@@ -174,8 +180,12 @@ class Pipeline:
         path = self.out / "latency_table.yaml"
         key = digest([space.fingerprint(), "ort-cpu", 1, 1])
         if not self.done("lut", key, [path]):
-            build_table(space, TableBuildConfig(out=path, backend="ort-cpu", threads=1, batch=1,
-                                                command=f"ofa pipeline {self.cfg.recipe}"))
+            build_table(
+                space,
+                TableBuildConfig(
+                    out=path, backend="ort-cpu", threads=1, batch=1, command=f"ofa pipeline {self.cfg.recipe}"
+                ),
+            )
             self.mark("lut", key)
         return path, LatencyTable.load(path).for_space(space)
 
@@ -198,11 +208,18 @@ class Pipeline:
         hi = max(table.predict(space.max_arch(r)) for r in space.resolutions)
         return [float(f"{lo + f * (hi - lo):.4g}") for f in TARGET_FRACTIONS]
 
-    def search(self, space: SearchSpace, predictor: AccuracyPredictor, predictor_path: Path, table_path: Path,
-               targets: list[float]) -> Path:
+    def search(
+        self,
+        space: SearchSpace,
+        predictor: AccuracyPredictor,
+        predictor_path: Path,
+        table_path: Path,
+        targets: list[float],
+    ) -> Path:
         folder = self.out / "search"
-        key = digest([file_sha256(predictor_path), file_sha256(table_path), space.fingerprint(), targets,
-                      self.cfg.seed])
+        key = digest(
+            [file_sha256(predictor_path), file_sha256(table_path), space.fingerprint(), targets, self.cfg.seed]
+        )
         if not self.done("search", key, [folder / "search.json"]):
             table = LatencyTable.load(table_path)
             result, note = search_device(space, predictor, table, SearchConfig(tuple(targets), seed=self.cfg.seed))
@@ -213,8 +230,9 @@ class Pipeline:
             self.mark("search", key)
         return folder
 
-    def export(self, net: OFAMobileNetV3, data: DataBundle, supernet: Path, table: tuple[Path, LatencyTable],
-               search_dir: Path) -> list[Path]:
+    def export(
+        self, net: OFAMobileNetV3, data: DataBundle, supernet: Path, table: tuple[Path, LatencyTable], search_dir: Path
+    ) -> list[Path]:
         summary = read_json(search_dir / "search.json", "search summary")
         table_path, bound = table
         inputs = [file_sha256(supernet), file_sha256(table_path), self.cfg.int8, self.cfg.seed]
@@ -226,8 +244,9 @@ class Pipeline:
             result = onnx.with_suffix(".export.json")
             key = digest([file_sha256(arch_file), *inputs])
             if not self.done(f"export {name}", key, [onnx, result]):
-                cfg = ExportConfig(out=onnx, int8=self.cfg.int8, seed=self.cfg.seed, checkpoint=supernet,
-                                   arch_source=str(arch_file))
+                cfg = ExportConfig(
+                    out=onnx, int8=self.cfg.int8, seed=self.cfg.seed, checkpoint=supernet, arch_source=str(arch_file)
+                )
                 export_subnet(net, Arch.load(arch_file), cfg, data=data, table=bound)
                 self.mark(f"export {name}", key)
             results.append(result)
@@ -239,8 +258,7 @@ class Pipeline:
         pngs = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*.png"))
         result = PipelineResult(rows, pngs, str(search_dir / "pareto.png"), self.ran)
         write_json(self.out / "summary.json", {"rows": rows, "plots": pngs, "pareto": result.pareto})
-        write_text(self.out / "summary.md", "# Pipeline summary\n\n" + table + "\n\nPlots: "
-                   + ", ".join(pngs) + "\n")
+        write_text(self.out / "summary.md", "# Pipeline summary\n\n" + table + "\n\nPlots: " + ", ".join(pngs) + "\n")
         self.log("\n" + table)
         self.log(f"\nplots: {', '.join(pngs)}\nsummary: {self.out / 'summary.md'}")
         return result
@@ -274,17 +292,24 @@ def summary_row(result: dict[str, Any], source: Path) -> dict[str, Any]:
 
 def format_summary(rows: list[dict[str, Any]]) -> str:
     """Markdown table; it reads well on a terminal too."""
+
     def num(value: Any, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
-    head = ["target ms", "arch", "pred top1 %", "test top1 %", "pred ms", "measured ms", "MMACs", "params (k)",
-            "ONNX"]
+    head = ["target ms", "arch", "pred top1 %", "test top1 %", "pred ms", "measured ms", "MMACs", "params (k)", "ONNX"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
-        cells = [num(r["target_ms"], "g"), r["arch"], num(r["predicted_top1"], ".2f"), num(r["test_top1"], ".2f"),
-                 num(r["predicted_ms"], ".3f"), num(r["measured_ms"], ".3f"),
-                 num(None if r["macs"] is None else r["macs"] / 1e6, ".2f"),
-                 num(None if r["params"] is None else r["params"] / 1e3, ".1f"), str(r["onnx"])]
+        cells = [
+            num(r["target_ms"], "g"),
+            r["arch"],
+            num(r["predicted_top1"], ".2f"),
+            num(r["test_top1"], ".2f"),
+            num(r["predicted_ms"], ".3f"),
+            num(r["measured_ms"], ".3f"),
+            num(None if r["macs"] is None else r["macs"] / 1e6, ".2f"),
+            num(None if r["params"] is None else r["params"] / 1e3, ".1f"),
+            str(r["onnx"]),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -298,9 +323,10 @@ def find_shipped_table(space: SearchSpace, folder: Path = SHIPPED_TABLES) -> Pat
         except OFAError:
             continue
         meta = table.meta
-        if (meta.get("backend"), int(meta.get("threads", 0)), int(meta.get("batch", 0))) == ("ort-cpu", 1, 1) \
-                and meta.get("cpu") == cpu:
+        if (meta.get("backend"), int(meta.get("threads", 0)), int(meta.get("batch", 0))) == (
+            "ort-cpu",
+            1,
+            1,
+        ) and meta.get("cpu") == cpu:
             return path
     return None
-
-

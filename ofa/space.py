@@ -41,9 +41,22 @@ MBV3_STAGES = (  # the stages of OFA-MBv3, the paper's space
 )
 
 _SPACE_FIELDS = (
-    "stages", "kernels", "expands", "depths", "resolutions", "stem_width", "stem_stride",
-    "stem_act", "first_width", "final_expand_width", "feature_width", "head_act", "width_mult",
-    "in_channels", "num_classes", "dropout",
+    "stages",
+    "kernels",
+    "expands",
+    "depths",
+    "resolutions",
+    "stem_width",
+    "stem_stride",
+    "stem_act",
+    "first_width",
+    "final_expand_width",
+    "feature_width",
+    "head_act",
+    "width_mult",
+    "in_channels",
+    "num_classes",
+    "dropout",
 )
 
 
@@ -162,8 +175,7 @@ class SearchSpace:
         for name in ("stem_act", "head_act"):
             if getattr(self, name) not in ACTIVATIONS:
                 fail(name, f"{getattr(self, name)!r} is not one of {list(ACTIVATIONS)}")
-        for name in ("stem_width", "first_width", "final_expand_width", "feature_width", "in_channels",
-                     "num_classes"):
+        for name in ("stem_width", "first_width", "final_expand_width", "feature_width", "in_channels", "num_classes"):
             if getattr(self, name) < 1:
                 fail(name, f"must be positive, got {getattr(self, name)}")
         if self.stem_stride not in (1, 2):
@@ -242,8 +254,9 @@ class SearchSpace:
         widths behind them may differ); an arch without a fingerprint is judged by its values alone.
         """
         if arch.space is not None and arch.space != self.fingerprint():
-            raise SpaceError(f"{source}: the arch was chosen in space {arch.space}, but this space is "
-                             f"{self.fingerprint()}")
+            raise SpaceError(
+                f"{source}: the arch was chosen in space {arch.space}, but this space is {self.fingerprint()}"
+            )
         return self.check_choices(arch, source)
 
     def check_choices(self, arch: Arch, source: str = "arch") -> Arch:
@@ -252,9 +265,7 @@ class SearchSpace:
         What the gene encoding needs: a space restricted to fewer resolutions encodes its parent's archs.
         """
         if arch.resolution not in self.resolutions:
-            raise SpaceError(
-                f"{source}.resolution: {arch.resolution} is not one of {_fmt_choices(self.resolutions)}"
-            )
+            raise SpaceError(f"{source}.resolution: {arch.resolution} is not one of {_fmt_choices(self.resolutions)}")
         for name, values, length, choices in (
             ("depths", arch.depths, self.num_stages, self.depths),
             ("kernels", arch.kernels, self.num_slots, self.kernels),
@@ -295,22 +306,35 @@ class SearchSpace:
         hw = self.stage_input_hw(resolution, 0)
         last = self.stage_input_hw(resolution, self.num_stages)
         return [
-            LayerSpec("stem", resolution, self.in_channels, self.stem_channels, 3, 0, self.stem_stride, False,
-                      self.stem_act),
+            LayerSpec(
+                "stem", resolution, self.in_channels, self.stem_channels, 3, 0, self.stem_stride, False, self.stem_act
+            ),
             LayerSpec("first", hw, self.stem_channels, self.first_channels, 3, 0, 1, False, "relu"),
-            LayerSpec("final_expand", last, self.stage_channels[-1], self.final_expand_channels, 1, 0, 1, False,
-                      self.head_act),
-            LayerSpec("head", last, self.final_expand_channels, self.num_classes, 1, self.feature_channels, 1,
-                      False, self.head_act),
+            LayerSpec(
+                "final_expand", last, self.stage_channels[-1], self.final_expand_channels, 1, 0, 1, False, self.head_act
+            ),
+            LayerSpec(
+                "head",
+                last,
+                self.final_expand_channels,
+                self.num_classes,
+                1,
+                self.feature_channels,
+                1,
+                False,
+                self.head_act,
+            ),
         ]
 
     def layers(self, arch: Arch) -> list[LayerSpec]:
         """Every layer the subnet runs, in order, at its input shape."""
         stem, first, final, head = self.fixed_layers(arch.resolution)
         blocks = [
-            self.block_spec(arch.resolution, s, j, arch.kernels[s * self.max_depth + j],
-                            arch.expands[s * self.max_depth + j])
-            for s in range(self.num_stages) for j in range(arch.depths[s])
+            self.block_spec(
+                arch.resolution, s, j, arch.kernels[s * self.max_depth + j], arch.expands[s * self.max_depth + j]
+            )
+            for s in range(self.num_stages)
+            for j in range(arch.depths[s])
         ]
         return [stem, first, *blocks, final, head]
 
@@ -370,4 +394,3 @@ def _parse_stages(value: Any, source: str) -> tuple[StageSpec, ...]:
             raise SpaceError(f"{where}.act: {act!r} is not one of {list(ACTIVATIONS)}")
         stages.append(StageSpec(st["width"], st["stride"], se, act))
     return tuple(stages)
-

@@ -34,6 +34,7 @@ def _timm_act(name: str) -> str:
 
 def block_strings(space: SearchSpace, arch: Arch) -> list[list[str]]:
     """timm arch-definition strings, one list per stage: fixed first block, elastic stages, final."""
+
     def act(name: str) -> str:
         return "_nre" if name == "relu" else "_nhs"
 
@@ -51,9 +52,15 @@ def timm_args(space: SearchSpace, arch: Arch) -> dict[str, Any]:
     timm alone rebuilds the subnet (`timm_model` is the code its model card shows)."""
     return {
         "arch_def": block_strings(space, arch),
-        "kwargs": {"num_classes": space.num_classes, "in_chans": space.in_channels, "stem_size": space.stem_channels,
-                   "fix_stem": True, "num_features": space.feature_channels, "head_bias": False,
-                   "drop_rate": space.dropout},
+        "kwargs": {
+            "num_classes": space.num_classes,
+            "in_chans": space.in_channels,
+            "stem_size": space.stem_channels,
+            "fix_stem": True,
+            "num_features": space.feature_channels,
+            "head_bias": False,
+            "drop_rate": space.dropout,
+        },
         "act_layer": _timm_act(space.stem_act),
         "se_layer": {"gate_layer": "hard_sigmoid", "force_act_layer": "relu"},
         "stem_stride": space.stem_stride,  # timm's constructor fixes the stem at stride 2
@@ -63,10 +70,19 @@ def timm_args(space: SearchSpace, arch: Arch) -> dict[str, Any]:
 
 def timm_model(args: dict[str, Any]) -> MobileNetV3:
     """A randomly initialised timm MobileNetV3 from `timm_args`."""
-    se_layer = partial(SqueezeExcite, gate_layer=args["se_layer"]["gate_layer"],
-                       force_act_layer=get_act_layer(args["se_layer"]["force_act_layer"]), rd_round_fn=round_channels)
-    model = MobileNetV3(block_args=decode_arch_def(args["arch_def"]), act_layer=get_act_layer(args["act_layer"]),
-                        se_layer=se_layer, round_chs_fn=round_channels, **args["kwargs"])
+    se_layer = partial(
+        SqueezeExcite,
+        gate_layer=args["se_layer"]["gate_layer"],
+        force_act_layer=get_act_layer(args["se_layer"]["force_act_layer"]),
+        rd_round_fn=round_channels,
+    )
+    model = MobileNetV3(
+        block_args=decode_arch_def(args["arch_def"]),
+        act_layer=get_act_layer(args["act_layer"]),
+        se_layer=se_layer,
+        round_chs_fn=round_channels,
+        **args["kwargs"],
+    )
     model.conv_stem.stride = (args["stem_stride"], args["stem_stride"])
     model.act2 = get_act_layer(args["head_act_layer"])(inplace=True)
     return model
@@ -80,12 +96,18 @@ def build_subnet(space: SearchSpace, arch: Arch) -> MobileNetV3:
 
 def subnet_record(space: SearchSpace, arch: Arch, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a subnet file (and a model folder's config.json, under ``ofa``) says besides the weights."""
-    return {"format": SUBNET_FORMAT, "space": space.to_dict(), "space_fingerprint": space.fingerprint(),
-            "arch": arch.to_dict(), "meta": meta or {}}
+    return {
+        "format": SUBNET_FORMAT,
+        "space": space.to_dict(),
+        "space_fingerprint": space.fingerprint(),
+        "arch": arch.to_dict(),
+        "meta": meta or {},
+    }
 
 
-def save_subnet(model: nn.Module, space: SearchSpace, arch: Arch, path: str | Path,
-                meta: dict[str, Any] | None = None) -> Path:
+def save_subnet(
+    model: nn.Module, space: SearchSpace, arch: Arch, path: str | Path, meta: dict[str, Any] | None = None
+) -> Path:
     """Write a static subnet (config + weights) that `load_subnet` rebuilds without the supernet."""
     return save_torch(path, {**subnet_record(space, arch, meta), "state_dict": model.state_dict()})
 
@@ -108,6 +130,9 @@ def load_subnet(path: str | Path) -> MobileNetV3:
 def _rebuild(path: Path, record: dict[str, Any], state: Any) -> MobileNetV3:
     if record.get("format") != SUBNET_FORMAT:
         raise OFAError(f"{path}: not an ofa subnet file (format={record.get('format')!r})")
+    missing = [k for k in ("space", "arch") if k not in record] + ([] if isinstance(state, dict) else ["weights"])
+    if missing:
+        raise OFAError(f"{path}: subnet file lacks {missing[0]!r} (damaged or hand-made); export it again")
     space = SearchSpace.from_dict(record["space"], f"{path}:space")
     arch = Arch.from_dict(record["arch"], f"{path}:arch")
     model = build_subnet(space, arch)

@@ -66,12 +66,19 @@ class OFAMobileNetV3(nn.Module):
         self.active_arch = arch
         return arch
 
-    def sample_active(self, rng: np.random.Generator | int | None = None, *, kernels: Sequence[int] | None = None,
-                      expands: Sequence[int] | None = None, depths: Sequence[int] | None = None,
-                      resolutions: Sequence[int] | None = None) -> Arch:
+    def sample_active(
+        self,
+        rng: np.random.Generator | int | None = None,
+        *,
+        kernels: Sequence[int] | None = None,
+        expands: Sequence[int] | None = None,
+        depths: Sequence[int] | None = None,
+        resolutions: Sequence[int] | None = None,
+    ) -> Arch:
         """Activate a random subnet (``encoding.sample_arch``), optionally restricted to subsets of the choices."""
-        return self.set_active(sample_arch(self.space, rng, kernels=kernels, expands=expands, depths=depths,
-                                           resolutions=resolutions))
+        return self.set_active(
+            sample_arch(self.space, rng, kernels=kernels, expands=expands, depths=depths, resolutions=resolutions)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.bn1(self.conv_stem(x))

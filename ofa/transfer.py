@@ -65,8 +65,10 @@ def read_supernet_space(path: str | Path) -> SearchSpace:
     """The space stored in a supernet file or training checkpoint (to build a recipe around it)."""
     obj = load_torch(path, "supernet file")
     if obj.get("format") not in (SUPERNET_FORMAT, CHECKPOINT_FORMAT) or not isinstance(obj.get("space"), dict):
-        raise OFAError(f"{path}: not an ofa supernet file or training checkpoint (format={obj.get('format')!r}; "
-                       "official once-for-all checkpoints need `ofa import` first)")
+        raise OFAError(
+            f"{path}: not an ofa supernet file or training checkpoint (format={obj.get('format')!r}; "
+            "official once-for-all checkpoints need `ofa import` first)"
+        )
     return SearchSpace.from_dict(obj["space"], f"{path}:space")
 
 
@@ -77,8 +79,10 @@ def derive_space(base: SearchSpace, overrides: Mapping[str, Any] | None, where: 
     merged = SearchSpace.from_dict({**base.to_dict(), **(overrides or {})}, where)
     for f in fields(SearchSpace):
         if f.name not in FREE_FIELDS + ADAPTED_FIELDS and getattr(merged, f.name) != getattr(base, f.name):
-            raise OFAError(f"{where}.{f.name}: differs from the starting supernet's; only "
-                           f"{', '.join(FREE_FIELDS + ADAPTED_FIELDS)} can change")
+            raise OFAError(
+                f"{where}.{f.name}: differs from the starting supernet's; only "
+                f"{', '.join(FREE_FIELDS + ADAPTED_FIELDS)} can change"
+            )
     return merged
 
 

@@ -120,10 +120,12 @@ class AccuracyData:
 def load_accuracy(path: str | Path) -> AccuracyData:
     header, records = read_accuracy(path)
     space = SearchSpace.from_dict(header.get("space") or {}, f"{path}: header.space")
-    rows = GeneLayout.of(space).encode_many([
-        space.validate(Arch.from_dict(r["arch"], f"{path}: subnet {r['index']}"), f"{path}: subnet {r['index']}")
-        for r in records
-    ])
+    rows = GeneLayout.of(space).encode_many(
+        [
+            space.validate(Arch.from_dict(r["arch"], f"{path}: subnet {r['index']}"), f"{path}: subnet {r['index']}")
+            for r in records
+        ]
+    )
     keys = ("top1", "top1_a", "top1_b") if header.get("repeat_split") else ("top1",)
     values = np.zeros((len(keys), len(records)))
     for j, rec in enumerate(records):
@@ -165,7 +167,7 @@ def _append(path: Path, obj: dict[str, Any]) -> None:
 def split_halves(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Two disjoint halves of ``range(n)`` (seeded), each sorted."""
     perm = np.random.default_rng([seed, n]).permutation(n)
-    return np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
+    return np.sort(perm[: n // 2]), np.sort(perm[n // 2 :])
 
 
 @dataclass(frozen=True)
@@ -203,8 +205,9 @@ class CollectResult:
     world_size: int
 
 
-def collect(net: OFAMobileNetV3, data: DataBundle, out: str | Path, cfg: CollectConfig,
-            env: DistEnv | None = None) -> CollectResult:
+def collect(
+    net: OFAMobileNetV3, data: DataBundle, out: str | Path, cfg: CollectConfig, env: DistEnv | None = None
+) -> CollectResult:
     """Measure subnets ``0..n-1`` of ``net`` not yet in ``out`` (``env``: this process's rank and device).
 
     ``data.train`` feeds BN recalibration (the same seeded images for every subnet), ``data.val``
@@ -217,10 +220,17 @@ def collect(net: OFAMobileNetV3, data: DataBundle, out: str | Path, cfg: Collect
     out, space = Path(out), net.space
     calib_ids = np.random.default_rng(cfg.seed).permutation(len(data.train))[: cfg.calib_batches * cfg.batch_size]
     header = {
-        "kind": FILE_KIND, "space": space.to_dict(), "fingerprint": space.fingerprint(),
-        "weights": weights_digest(net), "supernet": str(cfg.supernet), "seed": cfg.seed,
-        "calib_batches": cfg.calib_batches, "batch_size": cfg.batch_size, "calib_images": len(calib_ids),
-        "val_images": len(data.val), "repeat_split": cfg.repeat_split,
+        "kind": FILE_KIND,
+        "space": space.to_dict(),
+        "fingerprint": space.fingerprint(),
+        "weights": weights_digest(net),
+        "supernet": str(cfg.supernet),
+        "seed": cfg.seed,
+        "calib_batches": cfg.calib_batches,
+        "batch_size": cfg.batch_size,
+        "calib_images": len(calib_ids),
+        "val_images": len(data.val),
+        "repeat_split": cfg.repeat_split,
     }
     _open_output(out, header, env.rank)
     sink = out if env.world_size == 1 else part_path(out, env.rank)
@@ -229,8 +239,9 @@ def collect(net: OFAMobileNetV3, data: DataBundle, out: str | Path, cfg: Collect
     todo = [i for i in range(cfg.n) if i % env.world_size == env.rank and i not in done]
 
     def loader(ds: Dataset) -> DataLoader:
-        return make_loader(ds, cfg.batch_size, shuffle=False, seed=cfg.seed,
-                           options=LoaderOptions(num_workers=cfg.num_workers))
+        return make_loader(
+            ds, cfg.batch_size, shuffle=False, seed=cfg.seed, options=LoaderOptions(num_workers=cfg.num_workers)
+        )
 
     calib = loader(Subset(data.train, calib_ids.tolist()))
     if cfg.repeat_split:
@@ -238,8 +249,12 @@ def collect(net: OFAMobileNetV3, data: DataBundle, out: str | Path, cfg: Collect
     else:
         evals = [loader(data.val)]
     net.to(env.device).eval()
-    for i in tqdm(todo, desc=f"collect (rank {env.rank})" if env.distributed else "collect", unit="subnet",
-                  disable=not cfg.progress or not env.is_main):
+    for i in tqdm(
+        todo,
+        desc=f"collect (rank {env.rank})" if env.distributed else "collect",
+        unit="subnet",
+        disable=not cfg.progress or not env.is_main,
+    ):
         _append(sink, _measure(net, subnet_arch(space, cfg.seed, i), i, calib, evals, cfg, env.device))
     total = _finish(out, env.rank, env.world_size)
     return CollectResult(out, len(todo), total, env.rank, env.world_size)
@@ -253,14 +268,23 @@ def _open_output(out: Path, header: dict[str, Any], rank: int) -> None:
             raise OFAError(f"{out}: exists and is not an accuracy file; choose another --out")
         for key in RESUME_KEYS:
             if old[0].get(key) != header[key]:
-                raise OFAError(f"{out}: was collected with {key}={old[0].get(key)!r}, this run has "
-                               f"{header[key]!r}; resume with the same supernet and settings or choose another --out")
+                raise OFAError(
+                    f"{out}: was collected with {key}={old[0].get(key)!r}, this run has "
+                    f"{header[key]!r}; resume with the same supernet and settings or choose another --out"
+                )
     elif rank == 0:
         write_text(out, json.dumps(header) + "\n")
 
 
-def _measure(net: OFAMobileNetV3, arch: Arch, index: int, calib: DataLoader, evals: list[DataLoader],
-             cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
+def _measure(
+    net: OFAMobileNetV3,
+    arch: Arch,
+    index: int,
+    calib: DataLoader,
+    evals: list[DataLoader],
+    cfg: CollectConfig,
+    device: torch.device,
+) -> dict[str, Any]:
     """One subnet's record: BN recalibrated on ``calib``, then top-1/loss over ``evals`` (and per half)."""
     space = net.space
     net.set_active(arch)
@@ -268,14 +292,21 @@ def _measure(net: OFAMobileNetV3, arch: Arch, index: int, calib: DataLoader, eva
     results = [evaluate(net, ev, arch.resolution, device=device) for ev in evals]
     count = sum(r["count"] for r in results)
     rec = {
-        "index": index, "arch": arch.to_dict(),
+        "index": index,
+        "arch": arch.to_dict(),
         "top1": sum(r["top1"] * r["count"] for r in results) / count,
-        "loss": sum(r["loss"] * r["count"] for r in results) / count, "count": count,
-        "macs": space.macs(arch), "params": space.params(arch),
+        "loss": sum(r["loss"] * r["count"] for r in results) / count,
+        "count": count,
+        "macs": space.macs(arch),
+        "params": space.params(arch),
     }
     if cfg.repeat_split:
-        rec.update(top1_a=results[0]["top1"], top1_b=results[1]["top1"], count_a=results[0]["count"],
-                   count_b=results[1]["count"])
+        rec.update(
+            top1_a=results[0]["top1"],
+            top1_b=results[1]["top1"],
+            count_a=results[0]["count"],
+            count_b=results[1]["count"],
+        )
     return rec
 
 
@@ -286,8 +317,9 @@ def _finish(out: Path, rank: int, world_size: int) -> int | None:
     return merge_parts(out) if rank == 0 else None
 
 
-def collect_from_checkpoint(checkpoint: str | Path, cfg: CollectConfig, out: str | Path | None = None,
-                            device: str = "auto") -> CollectResult:
+def collect_from_checkpoint(
+    checkpoint: str | Path, cfg: CollectConfig, out: str | Path | None = None, device: str = "auto"
+) -> CollectResult:
     """`collect` for a supernet file or training checkpoint, on the data it was trained on.
 
     ``out`` defaults to ``acc.jsonl`` next to the checkpoint; ``device`` is ``auto`` (this rank's
@@ -299,8 +331,9 @@ def collect_from_checkpoint(checkpoint: str | Path, cfg: CollectConfig, out: str
     with process_group(device, timeout=timedelta(hours=24), where="--device") as env:
         net = OFAMobileNetV3.load(checkpoint)
         if not net.meta.get("data"):
-            raise OFAError(f"{checkpoint}: records no data section, so its validation split is unknown "
-                           "(train it with `ofa train`)")
+            raise OFAError(
+                f"{checkpoint}: records no data section, so its validation split is unknown (train it with `ofa train`)"
+            )
         data = data_from_meta(net.meta)
         if data.val is None or len(data.val) == 0:
             raise OFAError(f"{checkpoint}: its data has no validation split to measure subnets on")

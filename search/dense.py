@@ -28,11 +28,14 @@ class DenseCost:
         self._slots = np.arange(space.num_slots)[None, :]
 
     @classmethod
-    def from_layer_cost(cls, space: SearchSpace, cost: Callable[[LayerSpec], float],
-                        overhead: float = 0.0) -> DenseCost:
+    def from_layer_cost(
+        cls, space: SearchSpace, cost: Callable[[LayerSpec], float], overhead: float = 0.0
+    ) -> DenseCost:
         """Tabulate ``cost(layer)`` for every layer config of the space (plus a per-network ``overhead``)."""
-        fixed = np.array([overhead + sum(cost(layer) for layer in space.fixed_layers(r))
-                          for r in space.resolutions], dtype=np.float64)
+        fixed = np.array(
+            [overhead + sum(cost(layer) for layer in space.fixed_layers(r)) for r in space.resolutions],
+            dtype=np.float64,
+        )
         block = np.zeros((len(space.resolutions), space.num_slots, len(space.kernels), len(space.expands)))
         for ri, r in enumerate(space.resolutions):
             for s in range(space.num_stages):

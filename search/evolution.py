@@ -90,8 +90,10 @@ class SubsetPredictor:
     some of its resolutions (those a latency table measured): only the resolution index differs."""
 
     def __init__(self, predictor: RowModel, full: SearchSpace, sub: SearchSpace) -> None:
-        if not set(sub.resolutions) <= set(full.resolutions) or \
-                {**sub.to_dict(), "resolutions": list(full.resolutions)} != full.to_dict():
+        if (
+            not set(sub.resolutions) <= set(full.resolutions)
+            or {**sub.to_dict(), "resolutions": list(full.resolutions)} != full.to_dict()
+        ):
             raise OFAError(f"space {sub.fingerprint()} is not space {full.fingerprint()} with fewer resolutions")
         self.predictor, self.column = predictor, GeneLayout.of(sub).resolution
         self.resolution_index = np.array([full.resolutions.index(r) for r in sub.resolutions])
@@ -200,8 +202,9 @@ class Evolution:
     seconds: float
 
 
-def _redraw(make: Callable[[np.ndarray], np.ndarray], n: int, ok: _Feasible, fallback: np.ndarray,
-            max_redraws: int) -> np.ndarray:
+def _redraw(
+    make: Callable[[np.ndarray], np.ndarray], n: int, ok: _Feasible, fallback: np.ndarray, max_redraws: int
+) -> np.ndarray:
     """One feasible child per slot: draw ``make(slots)`` again until it meets the constraints.
 
     Each round draws REDRAW_BATCH candidates per unfinished child at once and keeps the first
@@ -222,8 +225,9 @@ def _redraw(make: Callable[[np.ndarray], np.ndarray], n: int, ok: _Feasible, fal
     return out
 
 
-def initial_population(space: SearchSpace, n: int, ok: _Feasible, rng: np.random.Generator,
-                       limits: Sequence[Limit]) -> np.ndarray:
+def initial_population(
+    space: SearchSpace, n: int, ok: _Feasible, rng: np.random.Generator, limits: Sequence[Limit]
+) -> np.ndarray:
     """``n`` uniform random feasible subnets (rejection sampling, as OFA's random_valid_sample).
 
     Under a budget so tight that random draws almost never meet it, the population is completed
@@ -247,8 +251,14 @@ def initial_population(space: SearchSpace, n: int, ok: _Feasible, rng: np.random
     return pool[np.arange(n) % len(pool)]
 
 
-def evolve(space: SearchSpace, predictor: RowModel, limits: Sequence[Limit], config: EvolutionConfig,
-           rng: np.random.Generator, on_generation: Callable[[int, float], None] | None = None) -> Evolution:
+def evolve(
+    space: SearchSpace,
+    predictor: RowModel,
+    limits: Sequence[Limit],
+    config: EvolutionConfig,
+    rng: np.random.Generator,
+    on_generation: Callable[[int, float], None] | None = None,
+) -> Evolution:
     """Run the evolution for one set of constraints (see the module docstring)."""
     start = time.perf_counter()
     check_reachable(space, limits)
@@ -270,12 +280,21 @@ def evolve(space: SearchSpace, predictor: RowModel, limits: Sequence[Limit], con
         pick = rng.integers(len(parents), size=n_mut)
         mutants = _redraw(
             lambda i, pick=pick, parents=parents: layout.mutate(
-                parents[pick[i]], rng, config.mutate_prob, config.resolution_prob),
-            n_mut, ok, parents[pick], config.max_redraws)
+                parents[pick[i]], rng, config.mutate_prob, config.resolution_prob
+            ),
+            n_mut,
+            ok,
+            parents[pick],
+            config.max_redraws,
+        )
         pa, pb = rng.integers(len(parents), size=(2, n_cross))
         crossed = _redraw(
             lambda i, pa=pa, pb=pb, parents=parents: layout.crossover(parents[pa[i]], parents[pb[i]], rng),
-            n_cross, ok, parents[pa], config.max_redraws)
+            n_cross,
+            ok,
+            parents[pa],
+            config.max_redraws,
+        )
         children = np.concatenate([mutants, crossed])
         child_acc = score(children)
         seen_rows.append(children)
@@ -283,8 +302,14 @@ def evolve(space: SearchSpace, predictor: RowModel, limits: Sequence[Limit], con
         pop, acc = np.concatenate([parents, children]), np.concatenate([parent_acc, child_acc])
     best = int(np.argmax(acc))
     history[-1] = acc[best]
-    return Evolution(pop[best].copy(), float(acc[best]), history, np.concatenate(seen_rows),
-                     np.concatenate(seen_top1), time.perf_counter() - start)
+    return Evolution(
+        pop[best].copy(),
+        float(acc[best]),
+        history,
+        np.concatenate(seen_rows),
+        np.concatenate(seen_top1),
+        time.perf_counter() - start,
+    )
 
 
 @lru_cache(maxsize=8)
@@ -329,11 +354,17 @@ class SearchResult:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "seed": self.seed, "config": asdict(self.config), "space": self.space.fingerprint(),
-            "max_macs": self.max_macs, "max_params": self.max_params, "evaluated": self.evaluated,
-            "pareto_size": len(self.front), **self.meta,
-            "targets": [{"target_ms": t.target_ms, "seconds": round(t.seconds, 4), **t.arch.to_dict()}
-                        for t in self.targets],
+            "seed": self.seed,
+            "config": asdict(self.config),
+            "space": self.space.fingerprint(),
+            "max_macs": self.max_macs,
+            "max_params": self.max_params,
+            "evaluated": self.evaluated,
+            "pareto_size": len(self.front),
+            **self.meta,
+            "targets": [
+                {"target_ms": t.target_ms, "seconds": round(t.seconds, 4), **t.arch.to_dict()} for t in self.targets
+            ],
         }
 
     def save(self, out_dir: str | Path, lut: str | None = None, space: SearchSpace | None = None) -> dict[str, Path]:
@@ -351,16 +382,24 @@ class SearchResult:
             paths[f"arch_{t.target_ms:g}ms"] = arch.save(out / f"arch_{t.target_ms:g}ms.json")
         paths["pareto_json"] = self.front.save(out / "pareto.json", lut)
         paths["pareto_png"] = plot_front(
-            self.front, out / "pareto.png", chosen=[t.arch for t in self.targets],
-            targets_ms=[t.target_ms for t in self.targets], cloud=self.cloud,
+            self.front,
+            out / "pareto.png",
+            chosen=[t.arch for t in self.targets],
+            targets_ms=[t.target_ms for t in self.targets],
+            cloud=self.cloud,
             history={f"{t.target_ms:g} ms": t.history for t in self.targets},
-            title=f"Pareto front ({len(self.front)} of {self.evaluated} subnets)")
+            title=f"Pareto front ({len(self.front)} of {self.evaluated} subnets)",
+        )
         paths["summary"] = write_json(out / "search.json", {**self.summary(), "lut": lut})
-        lines = [json.dumps({"target_ms": t.target_ms, "generation": g, "best_top1": float(v)})
-                 for t in self.targets for g, v in enumerate(t.history)]
+        lines = [
+            json.dumps({"target_ms": t.target_ms, "generation": g, "best_top1": float(v)})
+            for t in self.targets
+            for g, v in enumerate(t.history)
+        ]
         paths["metrics"] = write_text(out / "metrics.jsonl", "\n".join(lines) + "\n")
-        board = log_figures(out / "tensorboard", self._curves(), {"search": self._table()},
-                            lambda text: print(text, file=sys.stderr))
+        board = log_figures(
+            out / "tensorboard", self._curves(), {"search": self._table()}, lambda text: print(text, file=sys.stderr)
+        )
         return {**paths, **({"tensorboard": board} if board else {})}
 
     def _curves(self) -> dict[str, list[float]]:
@@ -372,8 +411,16 @@ class SearchResult:
         rows: list[list[Any]] = [["target ms", "predicted top-1 (%)", "latency ms", "MACs", "params", "arch"]]
         for t in self.targets:
             e = t.arch.extra
-            rows.append([f"{t.target_ms:g}", f"{e['predicted_top1']:.2f}", f"{e['latency_ms']:.3f}", e["macs"],
-                         e["params"], t.arch.short()])
+            rows.append(
+                [
+                    f"{t.target_ms:g}",
+                    f"{e['predicted_top1']:.2f}",
+                    f"{e['latency_ms']:.3f}",
+                    e["macs"],
+                    e["params"],
+                    t.arch.short(),
+                ]
+            )
         return rows
 
 
@@ -400,8 +447,9 @@ class SearchConfig:
         object.__setattr__(self, "targets_ms", targets)
 
 
-def run_search(space: SearchSpace, predictor: RowModel, latency: RowModel, cfg: SearchConfig,
-               progress: bool = False) -> SearchResult:
+def run_search(
+    space: SearchSpace, predictor: RowModel, latency: RowModel, cfg: SearchConfig, progress: bool = False
+) -> SearchResult:
     """Most accurate subnet (by ``predictor``) per latency budget, under optional MACs/params caps.
 
     ``latency`` maps gene rows to ms (a LatencyTable or DenseCost). Each budget runs its own
@@ -432,18 +480,32 @@ def run_search(space: SearchSpace, predictor: RowModel, latency: RowModel, cfg: 
     rows = layout.canonical(np.concatenate(seen_rows))
     first = unique_rows(rows)
     rows, top1 = rows[first], np.concatenate(seen_top1)[first]
-    costs = {"latency_ms": np.asarray(latency.predict_batch(rows), dtype=np.float64),
-             "macs": macs.predict_batch(rows), "params": params.predict_batch(rows)}
-    results = []
-    for target, limits, (history, seconds) in zip(targets, per_target, histories):
-        # every budget takes the best subnet any of the searches met within it (its own search's at least)
-        ok = np.logical_and.reduce([costs[lim.name] <= lim.value for lim in limits])
-        i = int(np.flatnonzero(ok)[np.argmax(top1[ok])])
-        arch = layout.decode(rows[i]).with_extra({
-            "predicted_top1": float(top1[i]), "latency_ms": float(costs["latency_ms"][i]),
-            "macs": int(costs["macs"][i]), "params": int(costs["params"][i])})
-        results.append(TargetResult(target, arch, history, seconds))
+    costs = {
+        "latency_ms": np.asarray(latency.predict_batch(rows), dtype=np.float64),
+        "macs": macs.predict_batch(rows),
+        "params": params.predict_batch(rows),
+    }
+    results = [
+        TargetResult(target, _best_within(layout, rows, top1, costs, limits), history, seconds)
+        for target, limits, (history, seconds) in zip(targets, per_target, histories)
+    ]
     front = ParetoFront.from_evaluated(space, rows, top1, costs["latency_ms"], costs["macs"], costs["params"])
     sample = np.random.default_rng(seed).permutation(len(rows))[:CLOUD_POINTS]
-    return SearchResult(space, results, front, (costs["latency_ms"][sample], top1[sample]), config, seed, max_macs,
-                        max_params, evaluated=len(rows))
+    cloud = (costs["latency_ms"][sample], top1[sample])
+    return SearchResult(space, results, front, cloud, config, seed, max_macs, max_params, evaluated=len(rows))
+
+
+def _best_within(
+    layout: GeneLayout, rows: np.ndarray, top1: np.ndarray, costs: dict[str, np.ndarray], limits: Sequence[Limit]
+) -> Arch:
+    """The most accurate evaluated subnet that meets every limit (any search's, its own at least)."""
+    ok = np.logical_and.reduce([costs[lim.name] <= lim.value for lim in limits])
+    i = int(np.flatnonzero(ok)[np.argmax(top1[ok])])
+    return layout.decode(rows[i]).with_extra(
+        {
+            "predicted_top1": float(top1[i]),
+            "latency_ms": float(costs["latency_ms"][i]),
+            "macs": int(costs["macs"][i]),
+            "params": int(costs["params"][i]),
+        }
+    )

@@ -22,8 +22,14 @@ class Found:
     note: str | None = None
 
 
-def search_device(space: SearchSpace, predictor: AccuracyPredictor, table: LatencyTable, cfg: SearchConfig,
-                  progress: bool = False, what: str = "the supernet") -> tuple[SearchResult, str | None]:
+def search_device(
+    space: SearchSpace,
+    predictor: AccuracyPredictor,
+    table: LatencyTable,
+    cfg: SearchConfig,
+    progress: bool = False,
+    what: str = "the supernet",
+) -> tuple[SearchResult, str | None]:
     """Search ``space`` (a supernet's) on ``table``'s device; returns the result and a note when the table
     measured only some of the supernet's resolutions (then only those are searched).
 
@@ -34,21 +40,30 @@ def search_device(space: SearchSpace, predictor: AccuracyPredictor, table: Laten
     scorer: RowModel = predictor
     note = None
     if table.space.resolutions != space.resolutions:
-        note = (f"{source} measured resolutions {list(table.space.resolutions)} of the supernet's "
-                f"{list(space.resolutions)}: searching those")
+        note = (
+            f"{source} measured resolutions {list(table.space.resolutions)} of the supernet's "
+            f"{list(space.resolutions)}: searching those"
+        )
         scorer = SubsetPredictor(predictor, space, table.space)
     result = run_search(table.space, scorer, table, cfg, progress=progress)
     result.meta["device"] = table.describe()
     return result, note
 
 
-def search_files(supernet: str | Path, predictor: str | Path, lut: str | Path, cfg: SearchConfig,
-                 out: str | Path | None = None) -> Found:
+def search_files(
+    supernet: str | Path, predictor: str | Path, lut: str | Path, cfg: SearchConfig, out: str | Path | None = None
+) -> Found:
     """`ofa search`: load the three files, search, and write the answer (default: ``search/`` beside the
     predictor); each arch file carries the supernet's space fingerprint."""
     space = OFAMobileNetV3.load(supernet).space
-    result, note = search_device(space, AccuracyPredictor.load(predictor), LatencyTable.load(lut), cfg,
-                                 progress=True, what=f"the supernet {supernet}")
+    result, note = search_device(
+        space,
+        AccuracyPredictor.load(predictor),
+        LatencyTable.load(lut),
+        cfg,
+        progress=True,
+        what=f"the supernet {supernet}",
+    )
     result.meta.update(supernet=str(supernet), predictor=str(predictor))
     folder = Path(out) if out else Path(predictor).parent / "search"
     return Found(result, result.save(folder, lut=str(lut), space=space), note)

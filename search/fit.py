@@ -54,8 +54,10 @@ class FitConfig:
             if not 0 < getattr(self, name) < 1:
                 raise OFAError(f"--{_flag(name)} must be between 0 and 1, got {getattr(self, name)}")
         if self.test_fraction + self.stop_fraction >= 0.9:
-            raise OFAError(f"--test-fraction + --stop-fraction must leave at least 10% to fit, got "
-                           f"{self.test_fraction} + {self.stop_fraction}")
+            raise OFAError(
+                f"--test-fraction + --stop-fraction must leave at least 10% to fit, got "
+                f"{self.test_fraction} + {self.stop_fraction}"
+            )
 
 
 def _flag(name: str) -> str:
@@ -74,10 +76,12 @@ class Splits:
     def draw(cls, n: int, cfg: FitConfig) -> Splits:
         n_test, n_stop = round(cfg.test_fraction * n), round(cfg.stop_fraction * n)
         if n < MIN_SUBNETS or min(n_test, n_stop, n - n_test - n_stop) < 2:
-            raise OFAError(f"need at least {MIN_SUBNETS} measured subnets to fit, stop early on "
-                           f"{cfg.stop_fraction:.0%} and test on {cfg.test_fraction:.0%}, got {n}")
+            raise OFAError(
+                f"need at least {MIN_SUBNETS} measured subnets to fit, stop early on "
+                f"{cfg.stop_fraction:.0%} and test on {cfg.test_fraction:.0%}, got {n}"
+            )
         perm = np.random.default_rng(cfg.seed).permutation(n)
-        return cls(fit=perm[n_test + n_stop:], stop=perm[n_test:n_test + n_stop], test=perm[:n_test])
+        return cls(fit=perm[n_test + n_stop :], stop=perm[n_test : n_test + n_stop], test=perm[:n_test])
 
 
 @dataclass
@@ -100,13 +104,20 @@ class FitReport:
         return asdict(self)
 
     def summary(self) -> str:
-        text = (f"test split ({self.test_size} subnets): RMSE {self.rmse:.3f} pts (spread {self.spread:.3f}), "
-                f"Kendall tau {self.tau:.3f}")
+        text = (
+            f"test split ({self.test_size} subnets): RMSE {self.rmse:.3f} pts (spread {self.spread:.3f}), "
+            f"Kendall tau {self.tau:.3f}"
+        )
         if self.retest_tau is not None:
-            text += (f"; test-retest tau of the two validation halves {self.retest_tau:.3f} "
-                     f"(all {self.retest_tau_all:.3f}), ")
-            text += (f"predictor/retest {self.tau / self.retest_tau:.2f}" if self.retest_tau > 0 else
-                     "so the measured ranking is mostly noise (a harder task or a larger validation split helps)")
+            text += (
+                f"; test-retest tau of the two validation halves {self.retest_tau:.3f} "
+                f"(all {self.retest_tau_all:.3f}), "
+            )
+            text += (
+                f"predictor/retest {self.tau / self.retest_tau:.2f}"
+                if self.retest_tau > 0
+                else "so the measured ranking is mostly noise (a harder task or a larger validation split helps)"
+            )
         return text
 
 
@@ -124,8 +135,14 @@ def _rmse(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sqrt(np.mean((a - b) ** 2)))
 
 
-def _train(model: AccuracyPredictor, x: torch.Tensor, y: torch.Tensor, stop: tuple[np.ndarray, np.ndarray],
-           cfg: FitConfig, on_epoch: Callable[[dict[str, float]], None]) -> tuple[int, int, float]:
+def _train(
+    model: AccuracyPredictor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    stop: tuple[np.ndarray, np.ndarray],
+    cfg: FitConfig,
+    on_epoch: Callable[[dict[str, float]], None],
+) -> tuple[int, int, float]:
     """Adam on MSE of standardised accuracy until the stop split's RMSE has not improved for
     ``patience`` epochs; keeps the best epoch's weights. Returns (epochs run, best epoch, its RMSE)."""
     stop_rows, stop_top1 = stop
@@ -144,8 +161,9 @@ def _train(model: AccuracyPredictor, x: torch.Tensor, y: torch.Tensor, stop: tup
             total += loss.item() * len(idx)
         model.eval()
         rmse = _rmse(model.predict_batch(stop_rows), stop_top1)
-        on_epoch({"epoch": epoch, "train_rmse": float(np.sqrt(total / len(y))) * float(model.target_std),
-                  "stop_rmse": rmse})
+        on_epoch(
+            {"epoch": epoch, "train_rmse": float(np.sqrt(total / len(y))) * float(model.target_std), "stop_rmse": rmse}
+        )
         if rmse < best[0]:
             best = (rmse, epoch, {k: v.clone() for k, v in model.state_dict().items()})
         elif epoch - best[1] >= cfg.patience:
@@ -155,8 +173,9 @@ def _train(model: AccuracyPredictor, x: torch.Tensor, y: torch.Tensor, stop: tup
     return epoch, best[1], best[0]
 
 
-def fit_predictor(data: AccuracyData, cfg: FitConfig,
-                  on_epoch: Callable[[dict[str, float]], None] | None = None) -> FitResult:
+def fit_predictor(
+    data: AccuracyData, cfg: FitConfig, on_epoch: Callable[[dict[str, float]], None] | None = None
+) -> FitResult:
     """Fit the MLP predictor of ``data.space`` on ``data``'s fit split and report its test split.
 
     Raises ``OFAError`` when there are too few subnets for three splits of at least two each.
@@ -181,9 +200,16 @@ def fit_predictor(data: AccuracyData, cfg: FitConfig,
     test = splits.test
     pred = model.predict_batch(rows[test])
     report = FitReport(
-        train_size=len(fit), stop_size=len(splits.stop), test_size=len(test), epochs=epochs, best_epoch=best_epoch,
-        rmse=_rmse(pred, top1[test]), tau=kendall_tau(pred, top1[test]), spread=float(top1[test].std()),
-        stop_rmse=stop_rmse)
+        train_size=len(fit),
+        stop_size=len(splits.stop),
+        test_size=len(test),
+        epochs=epochs,
+        best_epoch=best_epoch,
+        rmse=_rmse(pred, top1[test]),
+        tau=kendall_tau(pred, top1[test]),
+        spread=float(top1[test].std()),
+        stop_rmse=stop_rmse,
+    )
     if data.halves is not None:
         a, b = (np.asarray(v, dtype=np.float64) for v in data.halves)
         report.retest_tau = kendall_tau(a[test], b[test])
@@ -197,6 +223,7 @@ def fit_predictor_file(accuracy: str | Path, out: str | Path | None, cfg: FitCon
     data = load_accuracy(accuracy)
     out = Path(out) if out else Path(accuracy).parent / "predictor.pt"
     with tqdm(total=cfg.max_epochs, desc="fit", unit="epoch", file=sys.stderr) as bar:
+
         def tick(m: dict[str, float]) -> None:
             bar.update()
             bar.set_postfix(stop_rmse=f"{m['stop_rmse']:.3f}")
@@ -221,8 +248,11 @@ def plot_fit(result: FitResult, path: str | Path) -> Path:
     ax.plot([lo, hi], [lo, hi], color="k", lw=0.8)
     ax.set_xlabel("measured top-1 (%)")
     ax.set_ylabel("predicted top-1 (%)")
-    ax.set_title(f"test split: RMSE {report.rmse:.3f}, Kendall tau {report.tau:.3f}"
-                 + (f" (retest {report.retest_tau:.3f})" if report.retest_tau is not None else ""), fontsize=10)
+    ax.set_title(
+        f"test split: RMSE {report.rmse:.3f}, Kendall tau {report.tau:.3f}"
+        + (f" (retest {report.retest_tau:.3f})" if report.retest_tau is not None else ""),
+        fontsize=10,
+    )
     epochs = [m["epoch"] for m in curve]
     cx.plot(epochs, [m["train_rmse"] for m in curve], label="fit split")
     cx.plot(epochs, [m["stop_rmse"] for m in curve], label="early-stop split")

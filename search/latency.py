@@ -37,8 +37,13 @@ class LatencyTable:
     to the table's resolutions) to predict for it: every layer it can run must have an entry.
     """
 
-    def __init__(self, meta: Mapping[str, Any], entries: Mapping[str, Any], space: SearchSpace | None = None,
-                 source: str = "latency table") -> None:
+    def __init__(
+        self,
+        meta: Mapping[str, Any],
+        entries: Mapping[str, Any],
+        space: SearchSpace | None = None,
+        source: str = "latency table",
+    ) -> None:
         self.source = source
         self.meta = dict(meta)
         self.entries = _check_entries(entries, source)
@@ -58,8 +63,9 @@ class LatencyTable:
             raise OFAError(f"{path}: not a latency table ('meta' must be a mapping, got {type(doc['meta']).__name__})")
         if doc["meta"].get("complete") is False:
             done = doc["meta"].get("resolutions_done", [])
-            raise OFAError(f"{path}: unfinished table (resolutions done: {done}); rerun the command in "
-                           f"meta.command to resume it")
+            raise OFAError(
+                f"{path}: unfinished table (resolutions done: {done}); rerun the command in meta.command to resume it"
+            )
         return cls(doc["meta"], doc["entries"], space, str(path))
 
     def save(self, path: str | Path) -> Path:
@@ -73,8 +79,10 @@ class LatencyTable:
         """Bind to ``space`` restricted to the resolutions this table measured (e.g. a supernet's space)."""
         common = tuple(r for r in space.resolutions if r in self.resolutions)
         if not common:
-            raise OFAError(f"{self.source}: measured at resolutions {list(self.resolutions)}, none of which is in "
-                           f"the space's {list(space.resolutions)}")
+            raise OFAError(
+                f"{self.source}: measured at resolutions {list(self.resolutions)}, none of which is in "
+                f"the space's {list(space.resolutions)}"
+            )
         return self.bind(replace(space, resolutions=common))
 
     # ----------------------------------------------------------------- lookups
@@ -101,8 +109,9 @@ class LatencyTable:
             return 1.0, 0.0
         fit = per_res.get(resolution)
         if fit is None:
-            raise OFAError(f"{self.source}: meta.correction has no fit for resolution {resolution} "
-                           f"(fitted: {sorted(per_res)})")
+            raise OFAError(
+                f"{self.source}: meta.correction has no fit for resolution {resolution} (fitted: {sorted(per_res)})"
+            )
         return float(fit["scale"]), float(fit["offset"])
 
     def _build_dense(self, corrected: bool) -> DenseCost:
@@ -139,8 +148,11 @@ class LatencyTable:
     def calibration_archs(self) -> list[Arch]:
         """Subnets used to fit the correction; ``ofa lut check`` never judges the table on them."""
         per_res = (self.meta.get("correction") or {}).get("per_resolution") or {}
-        return [Arch.from_dict(p["arch"], f"{self.source}: meta.correction")
-                for fit in per_res.values() for p in fit.get("points", [])]
+        return [
+            Arch.from_dict(p["arch"], f"{self.source}: meta.correction")
+            for fit in per_res.values()
+            for p in fit.get("points", [])
+        ]
 
     def probes(self, resolution: int) -> list[tuple[Arch, float]]:
         """Drift probes (subnet, ms when the table was built): re-timed by a check to see the machine drift."""
@@ -150,9 +162,11 @@ class LatencyTable:
     def describe(self) -> str:
         m = self.meta
         protocol = m["protocol"].get("kind", "interleaved-rounds") if isinstance(m["protocol"], Mapping) else "?"
-        return (f"{m.get('device', '?')} / {m['backend']} {m.get('runtime_version', '')} / {m['threads']} thread(s) "
-                f"/ batch {m['batch']} / {len(self.entries)} entries / resolutions {list(self.resolutions)} "
-                f"/ {protocol} protocol, {m.get('clock', '?')} clock")
+        return (
+            f"{m.get('device', '?')} / {m['backend']} {m.get('runtime_version', '')} / {m['threads']} thread(s) "
+            f"/ batch {m['batch']} / {len(self.entries)} entries / resolutions {list(self.resolutions)} "
+            f"/ {protocol} protocol, {m.get('clock', '?')} clock"
+        )
 
 
 # --------------------------------------------------------------------------------- helpers
@@ -213,6 +227,8 @@ def _space_from_meta(meta: Mapping[str, Any], source: str) -> SearchSpace:
         raise OFAError(f"{source}: meta.{missing[0]} is missing")
     space = SearchSpace.from_dict(meta["space"], f"{source}: meta.space")
     if space.fingerprint() != meta["space_fingerprint"]:
-        raise OFAError(f"{source}: meta.space_fingerprint {meta['space_fingerprint']} does not match meta.space "
-                       f"({space.fingerprint()}); the table was edited by hand")
+        raise OFAError(
+            f"{source}: meta.space_fingerprint {meta['space_fingerprint']} does not match meta.space "
+            f"({space.fingerprint()}); the table was edited by hand"
+        )
     return space

@@ -32,7 +32,7 @@ def non_dominated(costs: np.ndarray) -> np.ndarray:
     front = np.zeros((0, costs.shape[1]))
     kept: list[np.ndarray] = []
     for start in range(0, len(order), BLOCK):
-        idx = order[start:start + BLOCK]
+        idx = order[start : start + BLOCK]
         block = costs[idx]
         le = (front[None, :, :] <= block[:, None, :]).all(-1)
         lt = (front[None, :, :] < block[:, None, :]).any(-1)
@@ -58,8 +58,15 @@ class ParetoFront:
     params: np.ndarray
 
     @classmethod
-    def from_evaluated(cls, space: SearchSpace, rows: np.ndarray, top1: np.ndarray, latency_ms: np.ndarray,
-                       macs: np.ndarray, params: np.ndarray) -> ParetoFront:
+    def from_evaluated(
+        cls,
+        space: SearchSpace,
+        rows: np.ndarray,
+        top1: np.ndarray,
+        latency_ms: np.ndarray,
+        macs: np.ndarray,
+        params: np.ndarray,
+    ) -> ParetoFront:
         """The front of everything evaluated (distinct canonical rows, so a subnet appears once)."""
         rows = np.asarray(rows, dtype=np.int64)
         keep = non_dominated(np.stack([-top1, latency_ms, macs], 1))
@@ -71,12 +78,22 @@ class ParetoFront:
 
     def arch(self, i: int) -> Arch:
         """Front member ``i`` with its predicted top-1, latency, MACs and params as extras."""
-        return GeneLayout.of(self.space).decode(self.rows[i]).with_extra({
-            "predicted_top1": float(self.top1[i]), "latency_ms": float(self.latency_ms[i]),
-            "macs": int(self.macs[i]), "params": int(self.params[i])})
+        return (
+            GeneLayout.of(self.space)
+            .decode(self.rows[i])
+            .with_extra(
+                {
+                    "predicted_top1": float(self.top1[i]),
+                    "latency_ms": float(self.latency_ms[i]),
+                    "macs": int(self.macs[i]),
+                    "params": int(self.params[i]),
+                }
+            )
+        )
 
-    def best_under(self, latency_ms: float, max_macs: float | None = None,
-                   max_params: float | None = None) -> Arch | None:
+    def best_under(
+        self, latency_ms: float, max_macs: float | None = None, max_params: float | None = None
+    ) -> Arch | None:
         """Most accurate front member within the budgets (None if nothing fits)."""
         ok = self.latency_ms <= latency_ms
         if max_macs is not None:
@@ -96,7 +113,9 @@ class ParetoFront:
         """JSON form; ``lut`` names the latency table the latencies come from."""
         return {
             "objectives": {"predicted_top1": "max", "latency_ms": "min", "macs": "min"},
-            "space": self.space.fingerprint(), "lut": lut, "count": len(self),
+            "space": self.space.fingerprint(),
+            "lut": lut,
+            "count": len(self),
             "points": [self.arch(i).to_dict() for i in range(len(self))],
         }
 
@@ -104,9 +123,15 @@ class ParetoFront:
         return write_json(path, self.to_dict(lut))
 
 
-def plot_front(front: ParetoFront, path: str | Path, chosen: list[Arch] = (), targets_ms: list[float] = (),
-               cloud: tuple[np.ndarray, np.ndarray] | None = None, history: dict[str, np.ndarray] | None = None,
-               title: str = "") -> Path:
+def plot_front(
+    front: ParetoFront,
+    path: str | Path,
+    chosen: list[Arch] = (),
+    targets_ms: list[float] = (),
+    cloud: tuple[np.ndarray, np.ndarray] | None = None,
+    history: dict[str, np.ndarray] | None = None,
+    title: str = "",
+) -> Path:
     """PNG: front (colour = MACs) over a cloud of evaluated subnets, picks per budget, convergence."""
     ncols = 2 if history else 1
     fig = Figure(figsize=(6.5 * ncols, 4.8))  # no pyplot: no global figure state, no GUI backend
@@ -121,8 +146,16 @@ def plot_front(front: ParetoFront, path: str | Path, chosen: list[Arch] = (), ta
     for t in targets_ms:
         ax.axvline(t, color="tab:red", ls=":", lw=0.8)
     if chosen:
-        ax.scatter([a.extra["latency_ms"] for a in chosen], [a.extra["predicted_top1"] for a in chosen],
-                   marker="*", s=160, color="tab:red", edgecolor="k", zorder=5, label="chosen per budget")
+        ax.scatter(
+            [a.extra["latency_ms"] for a in chosen],
+            [a.extra["predicted_top1"] for a in chosen],
+            marker="*",
+            s=160,
+            color="tab:red",
+            edgecolor="k",
+            zorder=5,
+            label="chosen per budget",
+        )
     ax.set_xlabel("predicted latency (ms)")
     ax.set_ylabel("predicted top-1 (%)")
     ax.set_title(title or "Pareto front")

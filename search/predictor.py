@@ -31,8 +31,9 @@ SMALL_BATCH = 1024  # rows predicted on one thread
 class AccuracyPredictor(nn.Module):
     """MLP (hidden ReLU layers, as OFA's 3 x 400) from the encoding to top-1 accuracy in percent."""
 
-    def __init__(self, space: SearchSpace, hidden: int = 400, layers: int = 3, target_mean: float = 0.0,
-                 target_std: float = 1.0) -> None:
+    def __init__(
+        self, space: SearchSpace, hidden: int = 400, layers: int = 3, target_mean: float = 0.0, target_std: float = 1.0
+    ) -> None:
         super().__init__()
         self.space, self.encoder = space, ArchEncoder(space)
         self.hidden, self.layers = hidden, layers
@@ -73,26 +74,38 @@ class AccuracyPredictor(nn.Module):
     def check_space(self, space: SearchSpace, what: str) -> None:
         """Refuse to score archs of another space (the encoding would silently mean something else)."""
         if space.fingerprint() != self.space.fingerprint():
-            raise OFAError(f"the predictor was fitted on space {self.space.fingerprint()}, but {what} has space "
-                           f"{space.fingerprint()}: collect and fit a predictor for this supernet")
+            raise OFAError(
+                f"the predictor was fitted on space {self.space.fingerprint()}, but {what} has space "
+                f"{space.fingerprint()}: collect and fit a predictor for this supernet"
+            )
 
     def save(self, path: str | Path) -> Path:
-        return save_torch(path, {
-            "format": PREDICTOR_FORMAT, "space": self.space.to_dict(), "fingerprint": self.space.fingerprint(),
-            "hidden": self.hidden, "layers": self.layers, "state_dict": self.state_dict(),
-            "metrics": json.loads(json.dumps(self.metrics)),
-        })
+        return save_torch(
+            path,
+            {
+                "format": PREDICTOR_FORMAT,
+                "space": self.space.to_dict(),
+                "fingerprint": self.space.fingerprint(),
+                "hidden": self.hidden,
+                "layers": self.layers,
+                "state_dict": self.state_dict(),
+                "metrics": json.loads(json.dumps(self.metrics)),
+            },
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> AccuracyPredictor:
         obj = load_torch(path, "accuracy predictor")
         if obj.get("format") != PREDICTOR_FORMAT:
-            raise OFAError(f"{path}: not an accuracy predictor (format={obj.get('format')!r}); "
-                           "make one with `ofa predictor fit`")
+            raise OFAError(
+                f"{path}: not an accuracy predictor (format={obj.get('format')!r}); make one with `ofa predictor fit`"
+            )
         missing = [k for k in ("space", "hidden", "layers", "state_dict") if k not in obj]
         if missing:
-            raise OFAError(f"{path}: accuracy predictor file lacks {missing[0]!r} (damaged or hand-made); "
-                           "fit it again with `ofa predictor fit`")
+            raise OFAError(
+                f"{path}: accuracy predictor file lacks {missing[0]!r} (damaged or hand-made); "
+                "fit it again with `ofa predictor fit`"
+            )
         space = SearchSpace.from_dict(obj["space"], f"{path}:space")
         if space.fingerprint() != obj.get("fingerprint"):
             raise OFAError(f"{path}: stored space does not match its fingerprint (file edited or corrupted)")
@@ -100,8 +113,9 @@ class AccuracyPredictor(nn.Module):
         try:
             net.load_state_dict(obj["state_dict"])
         except (RuntimeError, KeyError) as exc:
-            raise OFAError(f"{path}: weights do not fit the stored predictor shape: {str(exc).splitlines()[0]}") \
-                from None
+            raise OFAError(
+                f"{path}: weights do not fit the stored predictor shape: {str(exc).splitlines()[0]}"
+            ) from None
         net.metrics = dict(obj.get("metrics") or {})
         return net.eval()
 

@@ -26,9 +26,18 @@ def tiny_space(**overrides) -> SearchSpace:
     """A 3-stage space with every feature of the mbv3 space (SE, both activations, strides, kernels 3/5/7)."""
     base = dict(
         stages=(StageSpec(16, 2, False, "relu"), StageSpec(24, 1, True, "relu"), StageSpec(32, 2, True, "hswish")),
-        kernels=(3, 5, 7), expands=(2, 3, 4), depths=(1, 2, 3), resolutions=(12, 16, 20),
-        stem_width=8, stem_stride=1, first_width=8, final_expand_width=48, feature_width=64,
-        in_channels=3, num_classes=10, dropout=0.1,
+        kernels=(3, 5, 7),
+        expands=(2, 3, 4),
+        depths=(1, 2, 3),
+        resolutions=(12, 16, 20),
+        stem_width=8,
+        stem_stride=1,
+        first_width=8,
+        final_expand_width=48,
+        feature_width=64,
+        in_channels=3,
+        num_classes=10,
+        dropout=0.1,
     )
     base.update(overrides)
     return SearchSpace(**base)

@@ -48,6 +48,7 @@ def test_fingerprint_travels_with_the_file(tmp_path, space):
     other = tiny_space(stem_width=16)
     with pytest.raises(SpaceError) as err:
         other.validate(back, str(path))
-    assert str(err.value) == (f"{path}: the arch was chosen in space {space.fingerprint()}, but this space is "
-                              f"{other.fingerprint()}")
+    assert str(err.value) == (
+        f"{path}: the arch was chosen in space {space.fingerprint()}, but this space is {other.fingerprint()}"
+    )
     assert other.check_choices(back) is back  # its values alone fit: only the fingerprint tells them apart

@@ -49,8 +49,12 @@ def test_augmentation_is_seeded_per_epoch_and_train_only():
 def test_synthetic_is_configurable_deterministic_and_learnable():
     from sklearn.linear_model import LogisticRegression
 
-    cfg = {"name": "synthetic", "image_size": 12, "augment": "none",
-           "synthetic": {"train_size": 300, "test_size": 120, "num_classes": 5, "channels": 3}}
+    cfg = {
+        "name": "synthetic",
+        "image_size": 12,
+        "augment": "none",
+        "synthetic": {"train_size": 300, "test_size": 120, "num_classes": 5, "channels": 3},
+    }
     b = build_data(cfg)
     assert (len(b.train) + len(b.val), len(b.test), b.num_classes, b.in_channels) == (300, 120, 5, 3)
     x, y = _all(b.train)
@@ -64,8 +68,12 @@ def test_synthetic_is_configurable_deterministic_and_learnable():
 def test_ranks_together_see_the_single_process_global_batches():
     ds = build_data({"name": "synthetic", "image_size": 8, "augment": "none"}).train
     single = make_loader(ds, 12, shuffle=True, seed=3, drop_last=True).batch_sampler
-    ranks = [make_loader(ds, 6, shuffle=True, seed=3, drop_last=True,
-                         options=LoaderOptions(rank=r, world_size=2)).batch_sampler for r in range(2)]
+    ranks = [
+        make_loader(
+            ds, 6, shuffle=True, seed=3, drop_last=True, options=LoaderOptions(rank=r, world_size=2)
+        ).batch_sampler
+        for r in range(2)
+    ]
     for epoch in (0, 1):
         single.set_epoch(epoch)
         for s in ranks:
@@ -108,8 +116,9 @@ def test_worker_processes_do_not_change_the_images():
     b = build_data({"name": "synthetic", "image_size": 8})
     batches = {}
     for workers in (0, 2):
-        loader = make_loader(b.train, 16, shuffle=True, seed=1, drop_last=True,
-                             options=LoaderOptions(num_workers=workers))
+        loader = make_loader(
+            b.train, 16, shuffle=True, seed=1, drop_last=True, options=LoaderOptions(num_workers=workers)
+        )
         set_loader_epoch(loader, 3, start_batch=1)
         batches[workers] = [x for x, _ in loader]
     assert len(batches[0]) == len(b.train) // 16 - 1
@@ -158,8 +167,16 @@ def test_imagefolder_tree(tmp_path):
             folder.mkdir(parents=True)
             for i in range(n):
                 Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(folder / f"{i}.png")
-    b = build_data({"name": "imagefolder", "root": str(tmp_path), "test_split": "val", "image_size": 16,
-                    "augment": "crop_flip", "val_fraction": 0.2})
+    b = build_data(
+        {
+            "name": "imagefolder",
+            "root": str(tmp_path),
+            "test_split": "val",
+            "image_size": 16,
+            "augment": "crop_flip",
+            "val_fraction": 0.2,
+        }
+    )
     assert (len(b.train), len(b.val), len(b.test)) == (16, 4, 6)
     assert b.class_names == ["cat", "dog"] and b.in_channels == 3 and len(b.mean) == 3
     assert b.train[0][0].shape == (3, 16, 16) and b.test[0][0].shape == (3, 16, 16)

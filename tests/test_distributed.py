@@ -25,9 +25,20 @@ FAST = Standalone(warmup=1, calls=3, blocks=3)
 def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     dist_out = tmp_path / "dist"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "ofa", "train",
-           str(TINY), "--out", str(dist_out),
-           *[a for o in [*COMMON, "data.batch_size=8", "schedule.micro_batches=1"] for a in ("--set", o)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "ofa",
+        "train",
+        str(TINY),
+        "--out",
+        str(dist_out),
+        *[a for o in [*COMMON, "data.batch_size=8", "schedule.micro_batches=1"] for a in ("--set", o)],
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -57,14 +68,31 @@ def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path):
 
 
 def test_pipeline_under_torchrun_shards_collection_and_leaves_the_rest_to_rank_0(tmp_path):
-    space = load_recipe(TINY).space
+    space = load_recipe(TINY, COMMON).space  # dropout is part of the space a table is measured for
     table = tmp_path / "table.yaml"
     build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=3, max_noise_pct=100.0, progress=False))
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "ofa", "pipeline",
-           str(TINY), "--out", str(out), "--subnets", "12", "--lut", str(table), "--targets-ms", "1000",
-           *[a for o in COMMON for a in ("--set", o)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "ofa",
+        "pipeline",
+        str(TINY),
+        "--out",
+        str(out),
+        "--subnets",
+        "12",
+        "--lut",
+        str(table),
+        "--targets-ms",
+        "1000",
+        *[a for o in COMMON for a in ("--set", o)],
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stdout

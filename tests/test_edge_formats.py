@@ -57,8 +57,14 @@ def test_edge_backends_time_a_layer_and_the_empty_model(net, backend):
 
 def test_openvino_table_builds_with_overhead_and_correction_and_checks(tmp_path):
     space = tiny_space(kernels=(3,), expands=(2,), depths=(1, 2), resolutions=(12,))
-    cfg = TableBuildConfig(tmp_path / "ov.yaml", backend="openvino-cpu", calibrate=2, max_noise_pct=1000,
-                           protocol=Standalone(warmup=1, calls=5, blocks=3), progress=False)
+    cfg = TableBuildConfig(
+        tmp_path / "ov.yaml",
+        backend="openvino-cpu",
+        calibrate=2,
+        max_noise_pct=1000,
+        protocol=Standalone(warmup=1, calls=5, blocks=3),
+        progress=False,
+    )
     table = build_table(space, cfg)
     assert table.meta["runtime"] == "openvino" and table.meta["complete"] and table.overhead_ms > 0
     assert len(table.meta["correction"]["per_resolution"][12]["points"]) == 2 and len(table.probes(12)) == 3
@@ -71,8 +77,12 @@ def test_export_writes_each_format_beside_onnx_and_in_the_folder(exported):
     assert [f.format for f in r.formats] == ["openvino", "executorch"]
     folder = out.with_suffix("")
     ov, et = r.formats
-    assert ov.files == [str(folder / "model.xml"), str(folder / "model.bin"), str(out.with_suffix(".xml")),
-                        str(out.with_suffix(".bin"))]
+    assert ov.files == [
+        str(folder / "model.xml"),
+        str(folder / "model.bin"),
+        str(out.with_suffix(".xml")),
+        str(out.with_suffix(".bin")),
+    ]
     assert et.files == [str(folder / "model.pte"), str(out.with_suffix(".pte"))]
     for f in r.formats:
         assert all(Path(p).is_file() for p in f.files)
@@ -111,21 +121,32 @@ def test_one_corrupted_output_fails_the_export_and_writes_nothing(net, tmp_path,
             y = np.array(infer(x))
             y[:, 0] += 1e-3
             return y
+
         return off
 
     monkeypatch.setattr(formats, "load_infer", corrupted)
     arch = sample_arch(net.space, 4, resolutions=[12])
     with pytest.raises(ParityError, match=f"\\({fmt}\\) does not match PyTorch.*nothing written"):
-        export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx", calib_batches=0, latency=False,
-                                              formats=(fmt,)))
+        export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx", calib_batches=0, latency=False, formats=(fmt,)))
     assert list(tmp_path.iterdir()) == []
 
 
 def test_missing_runtime_is_one_line_naming_the_extra(net, monkeypatch, tmp_path, capsys):
     ckpt, arch = net.save(tmp_path / "s.pt"), sample_arch(net.space, 1).save(tmp_path / "arch.json")
     monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino now raises ImportError
-    rc = main(["export", "--supernet", str(ckpt), "--arch", str(arch), "--out", str(tmp_path / "m.onnx"),
-               "--format", "openvino"])
+    rc = main(
+        [
+            "export",
+            "--supernet",
+            str(ckpt),
+            "--arch",
+            str(arch),
+            "--out",
+            str(tmp_path / "m.onnx"),
+            "--format",
+            "openvino",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1] == f"ofa export: error: {formats.openvino_backend.MISSING}"
     assert not (tmp_path / "m.onnx").exists()

@@ -33,8 +33,12 @@ def _golden_space() -> SearchSpace:
 def _optimizer(net: torch.nn.Module) -> torch.optim.SGD:
     decay = [p for p in net.parameters() if p.ndim > 1]
     no_decay = [p for p in net.parameters() if p.ndim <= 1]
-    return torch.optim.SGD([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                           lr=0.002, momentum=0.9, nesterov=True)
+    return torch.optim.SGD(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=0.002,
+        momentum=0.9,
+        nesterov=True,
+    )
 
 
 def _golden_run(steps: int = 8) -> dict[str, torch.Tensor]:

@@ -101,20 +101,23 @@ def test_predictor_evolution_and_dense_costs_share_one_layout(reordered):
     archs = [sample_arch(space, i) for i in range(40)]
     rows = layout.encode_many(archs)
     assert macs.predict_batch(rows).tolist() == [space.macs(a) for a in archs]
-    assert [space.layers(a) for a in predictor.encoder.decode(predictor.encoder.encode_rows(rows))] == \
-        [space.layers(a) for a in archs]
+    assert [space.layers(a) for a in predictor.encoder.decode(predictor.encoder.encode_rows(rows))] == [
+        space.layers(a) for a in archs
+    ]
     assert [space.layers(layout.decode(r)) for r in layout.canonical(rows)] == [space.layers(a) for a in archs]
     moved = layout.mutate(rows, np.random.default_rng(0), prob=0.0, resolution_prob=1.0)
     assert np.array_equal(np.delete(moved, layout.resolution, 1), np.delete(rows, layout.resolution, 1))
 
     cheapest = [layout.decode(r) for r in cheapest_rows(space, latency)]
     assert [a.resolution for a in cheapest] == list(space.resolutions)
-    assert [latency.predict(a) for a in cheapest] == pytest.approx([latency.predict(space.min_arch(r))
-                                                                    for r in space.resolutions])
+    assert [latency.predict(a) for a in cheapest] == pytest.approx(
+        [latency.predict(space.min_arch(r)) for r in space.resolutions]
+    )
     sub = replace(space, resolutions=space.resolutions[1:])
     sub_archs = [a for a in archs if a.resolution in sub.resolutions]
-    assert SubsetPredictor(predictor, space, sub).predict_batch(GeneLayout.of(sub).encode_many(sub_archs)) == \
-        pytest.approx(predictor.predict_archs(sub_archs), abs=1e-5)
+    assert SubsetPredictor(predictor, space, sub).predict_batch(
+        GeneLayout.of(sub).encode_many(sub_archs)
+    ) == pytest.approx(predictor.predict_archs(sub_archs), abs=1e-5)
 
     budget = float(np.median(latency.predict_batch(rows)))
     cfg = SearchConfig([budget], seed=0, evolution=EvolutionConfig(population=20, generations=5))

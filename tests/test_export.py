@@ -31,12 +31,22 @@ def fake_data(space, n_train=256, n_test=96, size=20, seed=0) -> SimpleNamespace
     g = torch.Generator().manual_seed(seed)
 
     def split(n):
-        return TensorDataset(torch.randn(n, space.in_channels, size, size, generator=g),
-                             torch.randint(0, space.num_classes, (n,), generator=g))
+        return TensorDataset(
+            torch.randn(n, space.in_channels, size, size, generator=g),
+            torch.randint(0, space.num_classes, (n,), generator=g),
+        )
 
-    return SimpleNamespace(train=split(n_train), val=split(32), test=split(n_test), num_classes=space.num_classes,
-                           class_names=[f"class{i}" for i in range(space.num_classes)], mean=[0.5] * space.in_channels,
-                           std=[0.25] * space.in_channels, in_channels=space.in_channels, image_size=size)
+    return SimpleNamespace(
+        train=split(n_train),
+        val=split(32),
+        test=split(n_test),
+        num_classes=space.num_classes,
+        class_names=[f"class{i}" for i in range(space.num_classes)],
+        mean=[0.5] * space.in_channels,
+        std=[0.25] * space.in_channels,
+        in_channels=space.in_channels,
+        image_size=size,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +67,12 @@ def ckpt(net, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def ckpt_with_data(net, tmp_path_factory) -> Path:
     """A supernet file whose meta names its training data, as `ofa train` writes it (synthetic images here)."""
-    data = {"name": "synthetic", "image_size": 20, "augment": "none",
-            "synthetic": {"channels": 3, "num_classes": 10, "train_size": 256, "test_size": 96}}
+    data = {
+        "name": "synthetic",
+        "image_size": 20,
+        "augment": "none",
+        "synthetic": {"channels": 3, "num_classes": 10, "train_size": 256, "test_size": 96},
+    }
     return net.save(tmp_path_factory.mktemp("ckpt") / "trained.pt", meta={"data": data})
 
 
@@ -67,16 +81,26 @@ def ort_logits(path: Path, x: np.ndarray) -> np.ndarray:
     return session.run(None, {"input": x.astype(np.float32)})[0]
 
 
-@pytest.mark.parametrize(("which", "resolution", "dynamic", "opset"), [
-    ("max", 20, True, 17), ("min", 12, False, 13), ("sample", 16, True, 20),
-])
+@pytest.mark.parametrize(
+    ("which", "resolution", "dynamic", "opset"),
+    [
+        ("max", 20, True, 17),
+        ("min", 12, False, 13),
+        ("sample", 16, True, 20),
+    ],
+)
 def test_parity_for_archs_resolutions_and_batch(net, data, tmp_path, which, resolution, dynamic, opset):
     space = net.space
-    arch = {"max": space.max_arch, "min": space.min_arch,
-            "sample": lambda r: sample_arch(space, 7, resolutions=[r])}[which](resolution)
+    arch = {"max": space.max_arch, "min": space.min_arch, "sample": lambda r: sample_arch(space, 7, resolutions=[r])}[
+        which
+    ](resolution)
     out = tmp_path / "m.onnx"
-    r = export_subnet(net, arch, ExportConfig(out, calib_batches=2, batch_size=32, dynamic_batch=dynamic,
-                                              opset=opset, latency=False), data=data)
+    r = export_subnet(
+        net,
+        arch,
+        ExportConfig(out, calib_batches=2, batch_size=32, dynamic_batch=dynamic, opset=opset, latency=False),
+        data=data,
+    )
     assert r.parity.ok and r.parity.max_abs_diff <= PARITY_ATOL and r.parity.top1_agreement == 1.0
     assert r.parity.real_inputs == 64 and r.parity.random_inputs == 16
     model = onnx.load(out)
@@ -90,8 +114,11 @@ def test_parity_for_archs_resolutions_and_batch(net, data, tmp_path, which, reso
     x = torch.randn(5, space.in_channels, resolution, resolution, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = static(x).numpy()
-    got = ort_logits(out, x.numpy()) if dynamic else np.concatenate([ort_logits(out, x[i:i + 1].numpy())
-                                                                     for i in range(5)])
+    got = (
+        ort_logits(out, x.numpy())
+        if dynamic
+        else np.concatenate([ort_logits(out, x[i : i + 1].numpy()) for i in range(5)])
+    )
     assert np.abs(got - expected).max() <= PARITY_ATOL
     assert (got.argmax(1) == expected.argmax(1)).all()
     # BN was recalibrated: the exported statistics are not the supernet's.
@@ -101,11 +128,20 @@ def test_parity_for_archs_resolutions_and_batch(net, data, tmp_path, which, reso
 
 def test_metadata_round_trip_and_files(net, data, ckpt, tmp_path):
     base = sample_arch(net.space, 11)  # extras as `ofa search` writes them
-    arch = base.with_extra({"predicted_top1": 71.5, "latency_ms": 3.25, "lut": "tables/x.yaml", "target_ms": 3.5,
-                            "macs": net.space.macs(base), "params": net.space.params(base)})
+    arch = base.with_extra(
+        {
+            "predicted_top1": 71.5,
+            "latency_ms": 3.25,
+            "lut": "tables/x.yaml",
+            "target_ms": 3.5,
+            "macs": net.space.macs(base),
+            "params": net.space.params(base),
+        }
+    )
     out = tmp_path / "deploy" / "model.onnx"
-    r = export_subnet(net, arch, ExportConfig(out, calib_batches=2, batch_size=32, checkpoint=ckpt, latency=False),
-                      data=data)
+    r = export_subnet(
+        net, arch, ExportConfig(out, calib_batches=2, batch_size=32, checkpoint=ckpt, latency=False), data=data
+    )
     meta = read_metadata(out)
     assert meta["arch"] == arch and meta["arch"].extra["predicted_top1"] == 71.5
     assert meta["resolution"] == arch.resolution and meta["in_channels"] == 3
@@ -130,18 +166,32 @@ def test_metadata_round_trip_and_files(net, data, ckpt, tmp_path):
     summary = json.loads(r.summary_path.read_text())
     assert summary["arch"] == arch.to_dict() and summary["parity"]["ok"] is True
     card = r.card_path.read_text()
-    for needle in (arch.short(), f"{r.macs:,}", f"{r.params:,}", f"{r.top1_fp32:.2f}%", "71.50%", "3.250 ms",
-                   "target 3.5 ms",
-                   file_sha256(ckpt), "class0, class1"):
+    for needle in (
+        arch.short(),
+        f"{r.macs:,}",
+        f"{r.params:,}",
+        f"{r.top1_fp32:.2f}%",
+        "71.50%",
+        "3.250 ms",
+        "target 3.5 ms",
+        file_sha256(ckpt),
+        "class0, class1",
+    ):
         assert needle in card
-    assert sorted(p.name for p in out.parent.iterdir()) == ["model", "model.export.json", "model.md", "model.onnx",
-                                                             "model.pt"]
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "model",
+        "model.export.json",
+        "model.md",
+        "model.onnx",
+        "model.pt",
+    ]
 
 
 def test_reloaded_subnet_matches_a_fresh_extraction(net, data, tmp_path):
     arch = sample_arch(net.space, 5)
-    r = export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx", calib_batches=3, batch_size=16, latency=False,
-                                              seed=4), data=data)
+    r = export_subnet(
+        net, arch, ExportConfig(tmp_path / "m.onnx", calib_batches=3, batch_size=16, latency=False, seed=4), data=data
+    )
     reloaded = load_subnet(r.subnet_path)
     assert reloaded.ofa_meta["arch"] == arch and reloaded.ofa_meta["class_names"] == data.class_names
     # The same extraction and recalibration (same seed, same batches) gives bitwise-equal outputs.
@@ -195,24 +245,54 @@ def test_cli_errors(net, ckpt, tmp_path, capsys):
         "this is a PyTorch checkpoint, not an arch JSON": ["--supernet", str(ckpt), "--arch", str(ckpt), "--out", out],
         "resolution: 24 is not one of": ["--supernet", str(ckpt), "--arch", str(bad_arch), "--out", out],
         "does not fit the supernet's space": ["--supernet", str(other), "--arch", str(arch_path), "--out", out],
-        "searched for a checkpoint of another space": ["--supernet", str(ckpt), "--arch", str(foreign_arch),
-                                                       "--out", out],
-        "corrupt.pt: not a readable supernet checkpoint": ["--supernet", str(corrupt), "--arch", str(arch_path),
-                                                           "--out", out],
+        "searched for a checkpoint of another space": [
+            "--supernet",
+            str(ckpt),
+            "--arch",
+            str(foreign_arch),
+            "--out",
+            out,
+        ],
+        "corrupt.pt: not a readable supernet checkpoint": [
+            "--supernet",
+            str(corrupt),
+            "--arch",
+            str(arch_path),
+            "--out",
+            out,
+        ],
         "opset 9 is not supported": ["--supernet", str(ckpt), "--arch", str(arch_path), "--out", out, "--opset", "9"],
-        "must end with .onnx": ["--supernet", str(ckpt), "--arch", str(arch_path), "--out", str(tmp_path / "m.pt"),
-                                "--no-latency"],
+        "must end with .onnx": [
+            "--supernet",
+            str(ckpt),
+            "--arch",
+            str(arch_path),
+            "--out",
+            str(tmp_path / "m.pt"),
+            "--no-latency",
+        ],
         "--int8 needs training images": ["--supernet", str(ckpt), "--arch", str(arch_path), "--out", out, "--int8"],
-        "missing.json: arch file not found": ["--supernet", str(ckpt), "--arch", str(tmp_path / "missing.json"),
-                                              "--out", out],
+        "missing.json: arch file not found": [
+            "--supernet",
+            str(ckpt),
+            "--arch",
+            str(tmp_path / "missing.json"),
+            "--out",
+            out,
+        ],
     }
     for message, argv in cases.items():
         rc = main(["export", *argv])
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2, message
         assert err[-1].startswith("ofa export: error:") and message in err[-1], (message, err)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["arch.json", "bad.json", "corrupt.pt", "foreign.json",
-                                                          "other.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "arch.json",
+        "bad.json",
+        "corrupt.pt",
+        "foreign.json",
+        "other.pt",
+    ]
     with pytest.raises(Exception, match="supernet itself is not exported"):
         export_subnet(net, None, ExportConfig(tmp_path / "x.onnx"))
 
@@ -221,11 +301,21 @@ def synthetic_table(space, batch: int = 1, backend: str = "ort-cpu"):
     """A latency table for ``space`` with made-up entries (a MAC-proportional cost) and a short protocol."""
     from search.latency import LatencyTable
 
-    entries = {spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.0, "count": 1}
-               for r in space.resolutions for spec in layer_specs(space, r)}
-    meta = {"device": "test-cpu", "backend": backend, "threads": 1, "batch": batch, "overhead_ms": 0.02,
-            "space": space.to_dict(), "space_fingerprint": space.fingerprint(),
-            "protocol": {"warmup": 2, "rounds": 5, "calls": 2, "trim": 0.0}}
+    entries = {
+        spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.0, "count": 1}
+        for r in space.resolutions
+        for spec in layer_specs(space, r)
+    }
+    meta = {
+        "device": "test-cpu",
+        "backend": backend,
+        "threads": 1,
+        "batch": batch,
+        "overhead_ms": 0.02,
+        "space": space.to_dict(),
+        "space_fingerprint": space.fingerprint(),
+        "protocol": {"warmup": 2, "rounds": 5, "calls": 2, "trim": 0.0},
+    }
     return LatencyTable(meta, entries, source="synthetic.yaml")
 
 
@@ -246,15 +336,29 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
     # checkpoint's meta names its data, so BN is recalibrated and test accuracy measured.
     table_path = save_table(tmp_path / "tables" / "dev.yaml", table.meta, table.entries)
     arch_path = arch.with_extra({"lut": "tables/dev.yaml"}).save(tmp_path / "arch.json")
-    rc = main(["export", "--supernet", str(ckpt_with_data), "--arch", str(arch_path), "--out", str(tmp_path / "c.onnx"),
-               "--calib-batches", "2", "--int8", "--dynamic-batch"])
+    rc = main(
+        [
+            "export",
+            "--supernet",
+            str(ckpt_with_data),
+            "--arch",
+            str(arch_path),
+            "--out",
+            str(tmp_path / "c.onnx"),
+            "--calib-batches",
+            "2",
+            "--int8",
+            "--dynamic-batch",
+        ]
+    )
     printed = capsys.readouterr()
     out = printed.out
     assert rc == 0, out
     # an arch file without a space fingerprint is accepted, with one note line
     assert [line for line in printed.err.splitlines() if "names no space fingerprint" in line] == [
         f"note: {arch_path}: names no space fingerprint (a hand-written or converted arch?); checked against the "
-        "supernet's space by its values only"]
+        "supernet's space by its values only"
+    ]
     assert "BN recalibration: 2 training batches" in out and "64 test images + 16 random inputs" in out
     assert "top-1 on 96 test images: fp32" in out and "int8" in out
     assert "latency (standalone, wall clock, median of 7 blocks, ort-cpu, batch 2, 1 thread(s)): fp32" in out
@@ -278,18 +382,40 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
 def test_int8_within_two_points_of_fp32_after_brief_digits_training(tmp_path, capsys):
     from ofa.train import load_recipe, train
 
-    recipe = load_recipe(Path(__file__).parents[1] / "recipes" / "digits.yaml", [
-        "phases=[{name: brief, epochs: 1, lr: 0.1}]", "data.batch_size=16", "data.augment=none",
-        "schedule.micro_batches=1", "distill.teacher=none", "noise_scale.enabled=false", "eval.subnets=minmax",
-        "eval.calib_batches=2", "optimizer.label_smoothing=0",
-    ])
+    recipe = load_recipe(
+        Path(__file__).parents[1] / "recipes" / "digits.yaml",
+        [
+            "phases=[{name: brief, epochs: 1, lr: 0.1}]",
+            "data.batch_size=16",
+            "data.augment=none",
+            "schedule.micro_batches=1",
+            "distill.teacher=none",
+            "noise_scale.enabled=false",
+            "eval.subnets=minmax",
+            "eval.calib_batches=2",
+            "optimizer.label_smoothing=0",
+        ],
+    )
     ckpt = train(recipe, tmp_path / "run")
     arch = sample_arch(recipe.space, 3, resolutions=[16])
     assert arch != recipe.space.max_arch()
     arch_path = arch.save(tmp_path / "arch.json")
     out = tmp_path / "export" / "digits.onnx"
-    rc = main(["export", "--supernet", str(ckpt), "--arch", str(arch_path), "--out", str(out), "--int8",
-               "--calib-batches", "5", "--no-latency"])
+    rc = main(
+        [
+            "export",
+            "--supernet",
+            str(ckpt),
+            "--arch",
+            str(arch_path),
+            "--out",
+            str(out),
+            "--int8",
+            "--calib-batches",
+            "5",
+            "--no-latency",
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0, printed
     summary = json.loads(out.with_suffix(".export.json").read_text())

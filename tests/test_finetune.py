@@ -44,8 +44,7 @@ def files(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def reference(files, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("reference") / "run"
-    assert main(["finetune", str(RECIPE), "--supernet", str(files[0]), "--arch", str(files[1]), "--out",
-                 str(out)]) == 0
+    assert main(["finetune", str(RECIPE), "--supernet", str(files[0]), "--arch", str(files[1]), "--out", str(out)]) == 0
     return out
 
 
@@ -72,10 +71,22 @@ def test_sigkill_then_resume_is_bitwise_identical(reference, files, tmp_path):
     out = tmp_path / "run"
     store = CheckpointStore(out / "checkpoints")
     kill_after = random.randint(2, 4 * 9 - 8)  # 4 epochs of 9 steps
-    cmd = [sys.executable, "-m", "ofa", "finetune", str(RECIPE), "--supernet", str(files[0]), "--arch",
-           str(files[1]), "--out", str(out)]
-    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "ofa",
+        "finetune",
+        str(RECIPE),
+        "--supernet",
+        str(files[0]),
+        "--arch",
+        str(files[1]),
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
@@ -88,8 +99,22 @@ def test_sigkill_then_resume_is_bitwise_identical(reference, files, tmp_path):
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
     assert not (out / "subnet.pt").exists()
-    assert main(["finetune", str(RECIPE), "--supernet", str(files[0]), "--arch", str(files[1]), "--out", str(out),
-                 "--resume"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                str(RECIPE),
+                "--supernet",
+                str(files[0]),
+                "--arch",
+                str(files[1]),
+                "--out",
+                str(out),
+                "--resume",
+            ]
+        )
+        == 0
+    )
     ref = torch.load(reference / "subnet.pt", weights_only=True)["state_dict"]
     got = torch.load(out / "subnet.pt", weights_only=True)["state_dict"]
     assert [k for k in ref if not torch.equal(ref[k], got[k])] == [], f"killed after step >= {kill_after}"
@@ -119,8 +144,25 @@ def test_official_subnet_config_is_accepted_as_arch(files, tmp_path):
     official = tmp_path / "official.json"
     official.write_text(json.dumps({**arch.to_ofa_config(), "r": [arch.resolution]}))
     out = tmp_path / "run"
-    assert main(["finetune", str(RECIPE), "--supernet", str(files[0]), "--arch", str(official), "--out", str(out),
-                 "--set", "epochs=1", "--set", "distill.teacher=none"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                str(RECIPE),
+                "--supernet",
+                str(files[0]),
+                "--arch",
+                str(official),
+                "--out",
+                str(out),
+                "--set",
+                "epochs=1",
+                "--set",
+                "distill.teacher=none",
+            ]
+        )
+        == 0
+    )
     assert load_subnet(out / "subnet.pt").ofa_meta["arch"] == arch
 
 

@@ -60,8 +60,15 @@ def test_read_idx_round_trips_plain_and_gzipped(tmp_path):
 def test_fashion_mnist_reads_either_layout_with_stratified_subsets(tmp_path, layout):
     folder = tmp_path / "FashionMNIST" / "raw" if layout == "torchvision-raw" else tmp_path
     written = fake_fashion(folder, gz=layout == "flat-gz")
-    cfg = {"name": "fashion_mnist", "root": str(tmp_path), "image_size": 16, "augment": "none",
-           "train_subset": 100, "test_subset": 40, "val_fraction": 0.2}
+    cfg = {
+        "name": "fashion_mnist",
+        "root": str(tmp_path),
+        "image_size": 16,
+        "augment": "none",
+        "train_subset": 100,
+        "test_subset": 40,
+        "val_fraction": 0.2,
+    }
     b = build_data(cfg)
     assert (len(b.train), len(b.val), len(b.test)) == (80, 20, 40)
     assert b.class_names == list(FASHION_MNIST_CLASSES) and b.in_channels == 1 and b.train[0][0].shape == (1, 16, 16)

@@ -50,17 +50,27 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "standalone_latency.p
 
 def build(out, **settings) -> TableBuildConfig:
     """A quick build: the fast protocol, 3 calibration subnets, no progress bars, any noise accepted."""
-    return TableBuildConfig(out, **{"protocol": FAST, "calibrate": 3, "progress": False, "max_noise_pct": 1e6,
-                                    **settings})
+    return TableBuildConfig(
+        out, **{"protocol": FAST, "calibrate": 3, "progress": False, "max_noise_pct": 1e6, **settings}
+    )
 
 
 def small_space(**overrides) -> SearchSpace:
     """Two stages (one with SE and hswish), two choices each: a build takes a few seconds."""
     base = dict(
         stages=(StageSpec(8, 2, False, "relu"), StageSpec(16, 1, True, "hswish")),
-        kernels=(3, 5), expands=(2, 3), depths=(1, 2), resolutions=(8, 12),
-        stem_width=8, stem_stride=1, first_width=8, final_expand_width=24, feature_width=32,
-        in_channels=1, num_classes=4, dropout=0.0,
+        kernels=(3, 5),
+        expands=(2, 3),
+        depths=(1, 2),
+        resolutions=(8, 12),
+        stem_width=8,
+        stem_stride=1,
+        first_width=8,
+        final_expand_width=24,
+        feature_width=32,
+        in_channels=1,
+        num_classes=4,
+        dropout=0.0,
     )
     base.update(overrides)
     return SearchSpace(**base)
@@ -70,13 +80,22 @@ def synthetic_table(space: SearchSpace, scale: float = 0.9, offset: float = 0.05
     """Entries from a known per-layer cost, so every prediction can be checked by hand."""
     entries = {
         spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.001, "count": 10}
-        for r in space.resolutions for spec in layer_specs(space, r)
+        for r in space.resolutions
+        for spec in layer_specs(space, r)
     }
     meta = {
-        "device": "test", "backend": "ort-cpu", "threads": 1, "batch": 1, "overhead_ms": 0.02,
-        "protocol": FAST.to_dict(), "space": space.to_dict(), "space_fingerprint": space.fingerprint(),
-        "correction": {"kind": "affine-per-resolution", "per_resolution": {
-            r: {"scale": scale, "offset": offset, "points": []} for r in space.resolutions}},
+        "device": "test",
+        "backend": "ort-cpu",
+        "threads": 1,
+        "batch": 1,
+        "overhead_ms": 0.02,
+        "protocol": FAST.to_dict(),
+        "space": space.to_dict(),
+        "space_fingerprint": space.fingerprint(),
+        "correction": {
+            "kind": "affine-per-resolution",
+            "per_resolution": {r: {"scale": scale, "offset": offset, "points": []} for r in space.resolutions},
+        },
     }
     return LatencyTable(meta, entries)
 
@@ -163,12 +182,18 @@ def test_bad_table_files(tmp_path, space):
     doc = {"format": "ofa-latency-table", "meta": dict(table.meta), "entries": dict(table.entries)}
     cases = {
         "fingerprint": ({**doc, "meta": {**doc["meta"], "space_fingerprint": "0" * 16}}, "edited by hand"),
-        "value": ({**doc, "entries": {**doc["entries"], next(iter(doc["entries"])): {"mean_ms": "x"}}},
-                  r"entries\['stem:.*mean_ms: expected a number"),
-        "meta": ({**doc, "meta": {k: v for k, v in doc["meta"].items() if k != "overhead_ms"}},
-                 "meta.overhead_ms is missing"),
-        "unfinished": ({**doc, "meta": {**doc["meta"], "complete": False, "resolutions_done": [12]}},
-                       "unfinished table"),
+        "value": (
+            {**doc, "entries": {**doc["entries"], next(iter(doc["entries"])): {"mean_ms": "x"}}},
+            r"entries\['stem:.*mean_ms: expected a number",
+        ),
+        "meta": (
+            {**doc, "meta": {k: v for k, v in doc["meta"].items() if k != "overhead_ms"}},
+            "meta.overhead_ms is missing",
+        ),
+        "unfinished": (
+            {**doc, "meta": {**doc["meta"], "complete": False, "resolutions_done": [12]}},
+            "unfinished table",
+        ),
         "not a table": ({"entries": {}}, "not a latency table"),
     }
     for name, (content, message) in cases.items():
@@ -196,6 +221,7 @@ class ScriptedRunner(Runner):
 
 def test_standalone_figure_ignores_slow_blocks_and_preempted_calls():
     """Each block: warm-up then back-to-back timed calls of one model; median call, then median block."""
+
     def script(invocation, calls):  # warm-up and timed invocations alternate: block = invocation // 2
         cpu = np.full(calls, 1.8 if invocation // 2 in (1, 4) else 1.0)  # 2 of 7 blocks: machine busy
         wall = cpu.copy()
@@ -210,7 +236,7 @@ def test_standalone_figure_ignores_slow_blocks_and_preempted_calls():
     assert all(stats[n]["count"] == 7 for n in "abc")
     assert np.median(script(0, 20)[0]) > 3  # a plain median over the calls would be far off
     assert all(log[i][0] == log[i + 1][0] and (log[i][1], log[i + 1][1]) == (2, 20) for i in range(0, len(log), 2))
-    orders = [tuple(name for name, _ in log[i:i + 6:2]) for i in range(0, len(log), 6)]
+    orders = [tuple(name for name, _ in log[i : i + 6 : 2]) for i in range(0, len(log), 6)]
     assert len(orders) == 7 and all(sorted(o) == ["a", "b", "c"] for o in orders) and len(set(orders)) > 1
     thread = time_models(runners, Standalone(warmup=2, calls=20, blocks=7, clock="thread"))
     assert thread["a"]["mean_ms"] == pytest.approx(0.5)  # the CPU clock keeps every call
@@ -233,8 +259,11 @@ def test_noise_criterion_flags_blocks_that_disagree():
         return np.full(calls, 5.0 if invocation < 3 else 1.0), np.ones(calls)
 
     protocol = Standalone(warmup=0, calls=10, blocks=6)
-    runs = {"p": ScriptedRunner("p", 1.0, swinging, []), "q": ScriptedRunner("q", 1.0, preempted, []),
-            "r": ScriptedRunner("r", 1.0, burst, [])}
+    runs = {
+        "p": ScriptedRunner("p", 1.0, swinging, []),
+        "q": ScriptedRunner("q", 1.0, preempted, []),
+        "r": ScriptedRunner("r", 1.0, burst, []),
+    }
     stats = time_models(runs, protocol)
     assert noise_pct(stats, ["p"]) > 5
     assert stats["q"]["spread_pct"] == 100.0  # most blocks preempted: measured, but too noisy to trust
@@ -255,8 +284,11 @@ def test_too_noisy_build_stops_in_one_line_and_keeps_what_was_measured(tmp_path,
         return {k: {**s, "spread_pct": spread} for k, s in original(models, protocol, progress).items()}
 
     monkeypatch.setattr(lut_build, "time_models", scripted)
-    with pytest.raises(OFAError, match=r"too noisy to measure at 12 px: .*40\.0%, 40\.0%, 40\.0% .*--max-noise 5%"
-                                       r".*resolutions \[8\] kept") as info:
+    with pytest.raises(
+        OFAError,
+        match=r"too noisy to measure at 12 px: .*40\.0%, 40\.0%, 40\.0% .*--max-noise 5%"
+        r".*resolutions \[8\] kept",
+    ) as info:
         build_table(space, build(out, max_noise_pct=5.0))
     assert "\n" not in str(info.value) and len(timings) == 1 + lut_build.NOISE_ATTEMPTS
     doc = yaml.safe_load(out.read_text())
@@ -267,8 +299,26 @@ def test_too_noisy_build_stops_in_one_line_and_keeps_what_was_measured(tmp_path,
     fresh = tmp_path / "fresh.yaml"
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump({"space": space.to_dict()}))
-    assert main(["lut", "build", "--space", str(space_file), "--out", str(fresh), "--repeats", "2", "--calls", "2",
-                 "--calibrate", "3", "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "lut",
+                "build",
+                "--space",
+                str(space_file),
+                "--out",
+                str(fresh),
+                "--repeats",
+                "2",
+                "--calls",
+                "2",
+                "--calibrate",
+                "3",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "too noisy to measure at 8 px" in err and not fresh.exists()
 
@@ -404,8 +454,9 @@ def test_build_is_resumable_and_never_remeasures(tmp_path, monkeypatch):
 
     measured = []
     original = lut_build._measure_resolution
-    monkeypatch.setattr(lut_build, "_measure_resolution",
-                        lambda sp, r, *a, **k: (measured.append(r), original(sp, r, *a, **k)))
+    monkeypatch.setattr(
+        lut_build, "_measure_resolution", lambda sp, r, *a, **k: (measured.append(r), original(sp, r, *a, **k))
+    )
     table = build_table(space, build(out))
     assert measured == [12]
     assert all(table.entries[k] == v for k, v in first["entries"].items())  # 8 px entries kept as they were
@@ -433,8 +484,30 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump({"space": small_space().to_dict()}))
     table_path, out = tmp_path / "tiny.yaml", tmp_path / "check"
-    assert main(["lut", "build", "--space", str(space_file), "--out", str(table_path), "--repeats", "4",
-                 "--calls", "3", "--warmup", "1", "--calibrate", "3", "--max-noise", "1e6", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "lut",
+                "build",
+                "--space",
+                str(space_file),
+                "--out",
+                str(table_path),
+                "--repeats",
+                "4",
+                "--calls",
+                "3",
+                "--warmup",
+                "1",
+                "--calibrate",
+                "3",
+                "--max-noise",
+                "1e6",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     meta = LatencyTable.load(table_path).meta
     assert meta["command"].startswith("ofa lut build --space") and meta["complete"]
     assert meta["protocol"]["kind"] == "standalone" and meta["clock"] == "wall"
@@ -445,10 +518,29 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     timed = []
     original = lut_check.time_models
     monkeypatch.setattr(lut_check, "MAX_LOADED", 5)
-    monkeypatch.setattr(lut_check, "time_models", lambda runners, *a: (timed.append(len(runners)),
-                                                                      original(runners, *a))[1])
-    assert main(["lut", "check", str(table_path), "--space", str(space_file), "--n", "4", "--repeats", "4",
-                 "--out", str(out), "--json", "--quiet"]) == 0
+    monkeypatch.setattr(
+        lut_check, "time_models", lambda runners, *a: (timed.append(len(runners)), original(runners, *a))[1]
+    )
+    assert (
+        main(
+            [
+                "lut",
+                "check",
+                str(table_path),
+                "--space",
+                str(space_file),
+                "--n",
+                "4",
+                "--repeats",
+                "4",
+                "--out",
+                str(out),
+                "--json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert timed == [2 + lut_build.PROBES, 2] * 2
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 8 and set(summary["per_resolution"]) == {"8", "12"}
@@ -467,14 +559,22 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
 def test_cli_errors_are_one_line(tmp_path, capsys):
     cases = [
         (["lut", "check", str(tmp_path / "missing.yaml")], "latency table not found"),
-        (["lut", "build", "--space", "mbv3", "--out", str(tmp_path / "t.yaml"), "--backend", "tpu"],
-         "unknown backend 'tpu'"),
-        (["lut", "build", "--space", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "t.yaml")],
-         "space not found"),
+        (
+            ["lut", "build", "--space", "mbv3", "--out", str(tmp_path / "t.yaml"), "--backend", "tpu"],
+            "unknown backend 'tpu'",
+        ),
+        (
+            ["lut", "build", "--space", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "t.yaml")],
+            "space not found",
+        ),
     ]
     if not torch.cuda.is_available():
-        cases.append((["lut", "build", "--space", "mbv3", "--out", str(tmp_path / "t.yaml"), "--backend",
-                       "torch-cuda"], "needs a CUDA GPU"))
+        cases.append(
+            (
+                ["lut", "build", "--space", "mbv3", "--out", str(tmp_path / "t.yaml"), "--backend", "torch-cuda"],
+                "needs a CUDA GPU",
+            )
+        )
     for argv, message in cases:
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()

@@ -73,7 +73,8 @@ def test_import_round_trips_a_recorded_timing_file(pack, tmp_path, capsys):
     overhead = ms["<empty>"]
     assert table.overhead_ms == pytest.approx(overhead)
     assert {k: e["mean_ms"] for k, e in table.entries.items()} == pytest.approx(
-        {k: max(0.0, v - overhead) for k, v in ms.items() if not k.startswith("<")}, abs=1e-6)
+        {k: max(0.0, v - overhead) for k, v in ms.items() if not k.startswith("<")}, abs=1e-6
+    )
     manifest = read_manifest(pack)["models"]
     for r in (12, 16):  # the same correction a build fits: calibration subnets' raw sums vs their timings
         keys = [k for k, m in manifest.items() if m["kind"] == "calibration" and m["resolution"] == r]
@@ -90,11 +91,15 @@ def test_import_round_trips_a_recorded_timing_file(pack, tmp_path, capsys):
 def test_import_names_missing_and_unknown_keys(pack, tmp_path, capsys):
     rows = RECORDED.read_text().splitlines()
     cases = {
-        "missing": ("\n".join(r for r in rows if not r.startswith("<empty>")), "no timing for 1 key(s) of the pack: "
-                                                                               "<empty>"),
+        "missing": (
+            "\n".join(r for r in rows if not r.startswith("<empty>")),
+            "no timing for 1 key(s) of the pack: <empty>",
+        ),
         "unknown": ("\n".join([*rows, "conv:bogus,1.0"]), "1 key(s) not in the pack's manifest: conv:bogus"),
-        "header": ("\n".join(["key,ms", *rows[1:]]), "header must be key,median_ms (optional samples, std_ms); "
-                                                     "missing median_ms"),
+        "header": (
+            "\n".join(["key,ms", *rows[1:]]),
+            "header must be key,median_ms (optional samples, std_ms); missing median_ms",
+        ),
         "twice": ("\n".join([*rows, rows[1]]), "appears twice"),
     }
     for name, (text, message) in cases.items():
@@ -127,8 +132,24 @@ def test_runner_build_times_each_packed_model_with_a_command(tmp_path, monkeypat
     assert again.entries == table.entries and again.meta["correction"] == table.meta["correction"]
     # checked through the same command, on subnets it never timed
     check = tmp_path / "check"
-    rc = main(["lut", "check", str(out), "--runner", TIMER, "--runner-regex", r"median: (?P<ms>[\d.]+) ms", "--n", "2",
-               "--repeats", "1", "--out", str(check), "--quiet"])
+    rc = main(
+        [
+            "lut",
+            "check",
+            str(out),
+            "--runner",
+            TIMER,
+            "--runner-regex",
+            r"median: (?P<ms>[\d.]+) ms",
+            "--n",
+            "2",
+            "--repeats",
+            "1",
+            "--out",
+            str(check),
+            "--quiet",
+        ]
+    )
     summary = json.loads((check / "summary.json").read_text())
     assert rc == 0 and summary["n"] == 2 and len(summary["rows"]) == 2 and len(list((check / "models").iterdir())) == 2
     assert all(r["predicted_ms"] == round(table.predict(Arch.from_dict(r["arch"])), 4) for r in summary["rows"])
@@ -136,9 +157,27 @@ def test_runner_build_times_each_packed_model_with_a_command(tmp_path, monkeypat
     import ofa.deploy.lut_runner
 
     monkeypatch.setattr(ofa.deploy.lut_runner, "pack_models", lambda *a: pytest.fail("packed again"))
-    rc = main(["lut", "build", "--space", str(out), "--out", str(tmp_path / "cli.yaml"), "--pack", str(folder),
-               "--calibrate", "2", "--repeats", "1", "--runner", TIMER, "--runner-regex", r"median: (?P<ms>[\d.]+) ms",
-               "--quiet"])
+    rc = main(
+        [
+            "lut",
+            "build",
+            "--space",
+            str(out),
+            "--out",
+            str(tmp_path / "cli.yaml"),
+            "--pack",
+            str(folder),
+            "--calibrate",
+            "2",
+            "--repeats",
+            "1",
+            "--runner",
+            TIMER,
+            "--runner-regex",
+            r"median: (?P<ms>[\d.]+) ms",
+            "--quiet",
+        ]
+    )
     assert rc == 0 and set(LatencyTable.load(tmp_path / "cli.yaml").entries) == set(table.entries)
 
 
@@ -148,8 +187,9 @@ def test_benchmark_app_output_is_read_precisely():
     assert median.parse(text) == pytest.approx(9.85e-3)
     fps = CommandRunner("benchmark_app -m {model}", r"Throughput:\s+(?P<fps>[\d.]+) FPS")
     assert fps.parse(text) == pytest.approx(1000 / 11592.82)
-    total = CommandRunner("executor_runner --model_path {model}",
-                          r"executed successfully (?P<calls>\d+) time\(s\) in (?P<ms>[\d.]+) ms")
+    total = CommandRunner(
+        "executor_runner --model_path {model}", r"executed successfully (?P<calls>\d+) time\(s\) in (?P<ms>[\d.]+) ms"
+    )
     line = "I 00:00:01.2 executor_runner.cpp:180] Model executed successfully 200 time(s) in 51.300000 ms."
     assert total.parse(line) == pytest.approx(51.3 / 200)  # the format ExecuTorch's executor_runner logs
 
@@ -163,8 +203,10 @@ def test_benchmark_app_times_packed_openvino_models(tmp_path):
     folder = tmp_path / "pack"
     pack_models(space, PackConfig(folder, "openvino", calibrate=0, progress=False))
     models = read_manifest(folder)["models"]
-    runner = CommandRunner(f"{tool} -m {{model}} -d CPU -hint none -nstreams 1 -nthreads 1 -api sync -niter 50",
-                           r"Median:\s+(?P<value>[\d.]+) (?P<unit>ms|us)")
+    runner = CommandRunner(
+        f"{tool} -m {{model}} -d CPU -hint none -nstreams 1 -nthreads 1 -api sync -niter 50",
+        r"Median:\s+(?P<value>[\d.]+) (?P<unit>ms|us)",
+    )
     for key in ("<empty>", next(k for k in models if k.startswith("head"))):
         entry = models[key]
         assert runner.time_ms(folder / entry["file"], entry["file"], entry["input_shape"]) > 0
@@ -183,7 +225,8 @@ def test_runner_errors_are_one_line(tmp_path, capsys):
         CommandRunner("echo {model}", r"median: ([\d.]+)").time_ms(model, "m.onnx", (1, 1))
     with pytest.raises(OFAError, match=r"exit status 3 on m\.onnx: boom"):
         CommandRunner(f"{sys.executable} -c 'import sys; print(\"boom\"); sys.exit(3)' {{model}}", "(.)").time_ms(
-            model, "m.onnx", (1, 1))
+            model, "m.onnx", (1, 1)
+        )
     rc = main(["lut", "build", "--space", "mbv3", "--out", str(tmp_path / "t.yaml"), "--runner", "echo {model}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--runner and --runner-regex go together" in err[0]

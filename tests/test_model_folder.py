@@ -49,8 +49,12 @@ def digits_like() -> OFAMobileNetV3:
 def folder(digits_like, tmp_path_factory) -> SimpleNamespace:
     out = tmp_path_factory.mktemp("export") / "subnet"
     arch = sample_arch(digits_like.space, 3)
-    result = export_subnet(digits_like, arch, ExportConfig(out, calib_batches=2, batch_size=32, dynamic_batch=True),
-                           data=fake_data(digits_like.space))
+    result = export_subnet(
+        digits_like,
+        arch,
+        ExportConfig(out, calib_batches=2, batch_size=32, dynamic_batch=True),
+        data=fake_data(digits_like.space),
+    )
     return SimpleNamespace(path=out, result=result, arch=arch)
 
 
@@ -61,12 +65,22 @@ def card_snippet(card: str) -> str:
 
 def test_folder_rebuilds_with_timm_and_safetensors_alone(folder, tmp_path):
     assert sorted(p.name for p in folder.path.iterdir()) == [
-        "README.md", "config.json", "model.export.json", "model.onnx", "model.safetensors"]
+        "README.md",
+        "config.json",
+        "model.export.json",
+        "model.onnx",
+        "model.safetensors",
+    ]
     x = torch.randn(3, 1, folder.arch.resolution, folder.arch.resolution, generator=torch.Generator().manual_seed(0))
     np.save(tmp_path / "x.npy", x.numpy())
     script = REBUILD.format(snippet=card_snippet((folder.path / "README.md").read_text()))
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
-                          cwd=folder.path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+        cwd=folder.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     timm_logits = np.load(tmp_path / "y.npy")
 
@@ -105,8 +119,12 @@ def test_config_is_timms_and_the_card_parses_with_hub_front_matter(folder, digit
 
 def test_onnx_out_keeps_todays_files_and_puts_the_folder_beside(digits_like, tmp_path):
     arch = sample_arch(digits_like.space, 4)
-    r = export_subnet(digits_like, arch, ExportConfig(tmp_path / "m.onnx", calib_batches=1, batch_size=16,
-                                                      latency=False), data=fake_data(digits_like.space))
+    r = export_subnet(
+        digits_like,
+        arch,
+        ExportConfig(tmp_path / "m.onnx", calib_batches=1, batch_size=16, latency=False),
+        data=fake_data(digits_like.space),
+    )
     assert r.folder == tmp_path / "m" and (tmp_path / "m" / "model.safetensors").is_file()
     x = torch.randn(2, 1, arch.resolution, arch.resolution)
     with torch.no_grad():
@@ -114,13 +132,34 @@ def test_onnx_out_keeps_todays_files_and_puts_the_folder_beside(digits_like, tmp
 
 
 def test_cli_exports_a_folder_from_a_safetensors_supernet(digits_like, tmp_path, capsys):
-    data = {"name": "synthetic", "image_size": 20, "augment": "none",
-            "synthetic": {"channels": 1, "num_classes": 10, "train_size": 64, "test_size": 32}}
+    data = {
+        "name": "synthetic",
+        "image_size": 20,
+        "augment": "none",
+        "synthetic": {"channels": 1, "num_classes": 10, "train_size": 64, "test_size": 32},
+    }
     supernet = digits_like.save(tmp_path / "supernet.safetensors", meta={"data": data})
     arch = sample_arch(digits_like.space, 6).save(tmp_path / "arch.json")
     out = tmp_path / "folder"
-    assert main(["export", "--supernet", str(supernet), "--arch", str(arch), "--out", str(out), "--no-latency",
-                 "--calib-batches", "1", "--batch-size", "16"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--supernet",
+                str(supernet),
+                "--arch",
+                str(arch),
+                "--out",
+                str(out),
+                "--no-latency",
+                "--calib-batches",
+                "1",
+                "--batch-size",
+                "16",
+            ]
+        )
+        == 0
+    )
     assert f"model folder (timm/Hub): {out}" in capsys.readouterr().out
     card = ModelCard.load(out / "README.md")
     assert card.data.datasets == ["synthetic"] and card.data.eval_results[0].dataset_split == "test"

@@ -21,8 +21,16 @@ from ofa.train.noise_scale import (
 )
 
 
-def _measure(estimator: NoiseScaleEstimator, steps: int, dim: int, delta: torch.Tensor, sigma: float,
-             b_small: int, micro: int, seed: int) -> None:
+def _measure(
+    estimator: NoiseScaleEstimator,
+    steps: int,
+    dim: int,
+    delta: torch.Tensor,
+    sigma: float,
+    b_small: int,
+    micro: int,
+    seed: int,
+) -> None:
     """Linear regression y = x·w* + σε with x ~ N(0, I), loss ½(x·w − y)², at w = w* + δ.
 
     Per-sample gradient g = x (x·δ − σε): G = δ and Σ = (|δ|² + σ²) I + δδᵀ, so

@@ -133,16 +133,19 @@ def _break(state: dict, kind: str) -> dict:
     return state
 
 
-@pytest.mark.parametrize(("kind", "needle"), [
-    ("missing key", "missing key 'blocks.7.conv.depth_conv.bn.running_var'"),
-    ("wrong shape", "blocks.3.conv.point_linear.bn.weight has shape [17], expected [16]"),
-    ("expand width", "match no integer expand ratio"),
-    ("kernel chain", "matrices ['5to3', '7to5', '9to7'] do not form a chain from the 7x7 kernel"),
-    ("unexpected key", "unexpected key 'blocks.2.conv.depth_conv.se.fc.reduce.weight'"),
-    ("other network", "not an OFA-MobileNetV3 checkpoint (no first_conv.conv.weight"),
-    ("proxyless", "not an OFA-MobileNetV3 checkpoint (no final_expand_layer.conv.weight"),
-    ("block count", "19 elastic blocks"),
-])
+@pytest.mark.parametrize(
+    ("kind", "needle"),
+    [
+        ("missing key", "missing key 'blocks.7.conv.depth_conv.bn.running_var'"),
+        ("wrong shape", "blocks.3.conv.point_linear.bn.weight has shape [17], expected [16]"),
+        ("expand width", "match no integer expand ratio"),
+        ("kernel chain", "matrices ['5to3', '7to5', '9to7'] do not form a chain from the 7x7 kernel"),
+        ("unexpected key", "unexpected key 'blocks.2.conv.depth_conv.se.fc.reduce.weight'"),
+        ("other network", "not an OFA-MobileNetV3 checkpoint (no first_conv.conv.weight"),
+        ("proxyless", "not an OFA-MobileNetV3 checkpoint (no final_expand_layer.conv.weight"),
+        ("block count", "19 elastic blocks"),
+    ],
+)
 def test_bad_checkpoints_give_one_line(tmp_path, official_state, kind, needle):
     path = _save(tmp_path, _break(official_state, kind))
     with pytest.raises(OFAError) as err:
@@ -155,8 +158,12 @@ def test_unreadable_and_foreign_files_give_one_line(tmp_path, capsys):
     truncated = tmp_path / "truncated.pth"
     truncated.write_bytes(CHECKPOINT.read_bytes()[:100_000])
     ours = OFAMobileNetV3(replace(SearchSpace.mbv3(), width_mult=0.5, num_classes=3)).save(tmp_path / "ours.pt")
-    for path, needle in ((truncated, "corrupted or truncated"), (EXPECTED, "'archs' is a list, not a tensor"),
-                         (ours, "already an ofa-supernet file"), (tmp_path / "nope.pth", "not found")):
+    for path, needle in (
+        (truncated, "corrupted or truncated"),
+        (EXPECTED, "'archs' is a list, not a tensor"),
+        (ours, "already an ofa-supernet file"),
+        (tmp_path / "nope.pth", "not found"),
+    ):
         assert main(["import", str(path), "--out", str(tmp_path / "out.pt")]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], lines
@@ -202,10 +209,12 @@ def test_arch_from_and_to_ofa_config():
     assert Arch.from_ofa_config({**config, "r": [160]}).resolution == 160
     assert Arch.from_ofa_config({**config, "e": [6.0] * 20}, 128).expands == (6,) * 20
     SearchSpace.mbv3().validate(arch)
-    for bad, needle in (({**config, "e": [3] * 19}, "ks has 20 entries but e has 19"),
-                        ({**config, "d": [2, 3, 5, 2, 3]}, "d[2]: 5 is outside 1..4"),
-                        ({"ks": config["ks"], "d": config["d"]}, "missing field 'e'"),
-                        ({**config, "ks": [3.5] * 20}, "ks[0]: expected an integer")):
+    for bad, needle in (
+        ({**config, "e": [3] * 19}, "ks has 20 entries but e has 19"),
+        ({**config, "d": [2, 3, 5, 2, 3]}, "d[2]: 5 is outside 1..4"),
+        ({"ks": config["ks"], "d": config["d"]}, "missing field 'e'"),
+        ({**config, "ks": [3.5] * 20}, "ks[0]: expected an integer"),
+    ):
         with pytest.raises(SpaceError, match=needle.replace("[", r"\[").replace("]", r"\]")):
             Arch.from_ofa_config(bad, 224)
     with pytest.raises(SpaceError, match="expected one resolution"):

@@ -36,14 +36,24 @@ def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys):
     imported = tmp_path / "imported.pt"
     assert main(["import", str(CHECKPOINT), "--out", str(imported), "--num-classes", "10", "--in-channels", "1"]) == 0
     recipe = tmp_path / "digits_from_official.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "init": {"supernet": str(imported)},
-        "space": {"resolutions": [48]},
-        "data": {"name": "digits", "image_size": 48, "batch_size": 64, "eval_batch_size": 256,
-                 "test_fraction": 0.5, "val_fraction": 0.3},
-        "phases": [{"name": "finetune", "epochs": 3, "lr": 0.02}],
-        "eval": {"calib_batches": 1, "subnets": "minmax"},
-    }))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "init": {"supernet": str(imported)},
+                "space": {"resolutions": [48]},
+                "data": {
+                    "name": "digits",
+                    "image_size": 48,
+                    "batch_size": 64,
+                    "eval_batch_size": 256,
+                    "test_fraction": 0.5,
+                    "val_fraction": 0.3,
+                },
+                "phases": [{"name": "finetune", "epochs": 3, "lr": 0.02}],
+                "eval": {"calib_batches": 1, "subnets": "minmax"},
+            }
+        )
+    )
     space = load_recipe(recipe).space
     assert (space.in_channels, space.num_classes, space.feature_channels) == (1, 10, 640)
     table = tmp_path / "table.yaml"
@@ -52,8 +62,12 @@ def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys):
     budget = 1.1 * LatencyTable.load(table).for_space(space).predict(space.min_arch(48))
     out = tmp_path / "run"
     lines: list[str] = []
-    summary = Pipeline(PipelineConfig(recipe=recipe, out=out, subnets=10, calib_batches=1, lut=table,
-                                      targets_ms=(float(f"{budget:.4g}"),)), log=lines.append).run()
+    summary = Pipeline(
+        PipelineConfig(
+            recipe=recipe, out=out, subnets=10, calib_batches=1, lut=table, targets_ms=(float(f"{budget:.4g}"),)
+        ),
+        log=lines.append,
+    ).run()
 
     tuned = OFAMobileNetV3.load(out / "supernet.pt")
     assert tuned.space == space and "fresh_classifier" not in tuned.meta  # the whole supernet was fine-tuned
@@ -71,8 +85,9 @@ def test_export_of_an_imported_subnet_carries_official_preprocessing_and_warns(t
     assert main(["import", str(CHECKPOINT), "--out", str(imported)]) == 0
     arch = OFAMobileNetV3.load(imported).space.min_arch(128).save(tmp_path / "arch.json")
     onnx_path = tmp_path / "small.onnx"
-    assert main(["export", "--supernet", str(imported), "--arch", str(arch), "--out", str(onnx_path),
-                 "--no-latency"]) == 0
+    assert (
+        main(["export", "--supernet", str(imported), "--arch", str(arch), "--out", str(onnx_path), "--no-latency"]) == 0
+    )
     assert "accuracy WILL SUFFER" in capsys.readouterr().err
     meta = read_metadata(onnx.load(onnx_path))
     assert meta["mean"] == [0.485, 0.456, 0.406] and meta["std"] == [0.229, 0.224, 0.225]

@@ -35,8 +35,19 @@ def test_pipeline_end_to_end_and_resume(tmp_path):
     summary, calls, _ = run(cfg)
     assert calls[:4] == ["train", "collect", "fit", "search"] and len(calls) == 8
     assert all(c.startswith("export arch_") for c in calls[4:])
-    for name in ("supernet.pt", "recipe.yaml", "metrics.jsonl", "acc.jsonl", "predictor.pt", "search/search.json",
-                 "search/pareto.png", "search/pareto.json", "summary.md", "summary.json", "pipeline.json"):
+    for name in (
+        "supernet.pt",
+        "recipe.yaml",
+        "metrics.jsonl",
+        "acc.jsonl",
+        "predictor.pt",
+        "search/search.json",
+        "search/pareto.png",
+        "search/pareto.json",
+        "summary.md",
+        "summary.json",
+        "pipeline.json",
+    ):
         assert (out / name).is_file(), name
     assert any(p.endswith(".png") and "curve" in p for p in summary["plots"])  # training curves
     rows = summary["rows"]

@@ -49,8 +49,9 @@ def test_fit_recovers_a_known_accuracy_function(space, tmp_path):
     rows = GeneLayout.of(space).sample(700, np.random.default_rng(0))
     top1 = synthetic_top1(space, rows)
     curve = []
-    fit = fit_predictor(measured(space, rows, top1), FitConfig(seed=0, max_epochs=200, patience=20),
-                        on_epoch=curve.append)
+    fit = fit_predictor(
+        measured(space, rows, top1), FitConfig(seed=0, max_epochs=200, patience=20), on_epoch=curve.append
+    )
     model, report = fit.predictor, fit.report
     # three disjoint splits: fit, early stopping, and the reported test split
     assert (report.test_size, report.stop_size, report.train_size) == (140, 105, 455)
@@ -59,14 +60,17 @@ def test_fit_recovers_a_known_accuracy_function(space, tmp_path):
     assert curve[-1]["epoch"] == report.epochs and report.best_epoch <= report.epochs
     assert min(m["stop_rmse"] for m in curve) == pytest.approx(report.stop_rmse, rel=1e-4)
     test_rows = fit.test["rows"]
-    assert report.rmse == pytest.approx(float(np.sqrt(np.mean((model.predict_batch(test_rows)
-                                                               - synthetic_top1(space, test_rows)) ** 2))), rel=1e-6)
+    assert report.rmse == pytest.approx(
+        float(np.sqrt(np.mean((model.predict_batch(test_rows) - synthetic_top1(space, test_rows)) ** 2))), rel=1e-6
+    )
     # fresh subnets, never seen in training or early stopping
     fresh = GeneLayout.of(space).sample(300, np.random.default_rng(99))
     assert kendall_tau(model.predict_batch(fresh), synthetic_top1(space, fresh)) >= 0.9
     # same seed, same predictor
-    short = [fit_predictor(measured(space, rows, top1), FitConfig(seed=0, max_epochs=8)).predictor.predict_batch(fresh)
-             for _ in range(2)]
+    short = [
+        fit_predictor(measured(space, rows, top1), FitConfig(seed=0, max_epochs=8)).predictor.predict_batch(fresh)
+        for _ in range(2)
+    ]
     assert np.array_equal(short[0], short[1])
 
     # file round trip keeps predictions and refuses other spaces
@@ -89,8 +93,9 @@ def test_predictor_file_errors(space, tmp_path):
     with pytest.raises(OFAError, match="not an accuracy predictor"):
         AccuracyPredictor.load(tmp_path / "supernet.pt")
     with pytest.raises(OFAError, match="at least 10"):
-        fit_predictor(measured(space, GeneLayout.of(space).sample(5, np.random.default_rng(0)), np.arange(5.0)),
-                      FitConfig())
+        fit_predictor(
+            measured(space, GeneLayout.of(space).sample(5, np.random.default_rng(0)), np.arange(5.0)), FitConfig()
+        )
     with pytest.raises(OFAError, match="--test-fraction must be between 0 and 1"):
         FitConfig(test_fraction=1.5)
     bare = {"format": PREDICTOR_FORMAT, "hidden": 4, "layers": 1, "state_dict": {}}
@@ -99,8 +104,13 @@ def test_predictor_file_errors(space, tmp_path):
         AccuracyPredictor.load(tmp_path / "nospace.pt")
 
 
-DATA = {"name": "synthetic", "image_size": 20, "val_fraction": 0.3, "augment": "light",
-        "synthetic": {"train_size": 90, "test_size": 16, "num_classes": 4, "channels": 1}}
+DATA = {
+    "name": "synthetic",
+    "image_size": 20,
+    "val_fraction": 0.3,
+    "augment": "light",
+    "synthetic": {"train_size": 90, "test_size": 16, "num_classes": 4, "channels": 1},
+}
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +140,13 @@ def test_collect_resume_and_shards(supernet, tmp_path):
 
     calib_ids = np.random.default_rng(3).permutation(len(data.train))[:32].tolist()
     arch = subnet_arch(net.space, 3, 1)
-    direct = evaluate_arch(net, arch, DataLoader(Subset(data.train, calib_ids), batch_size=16),
-                           DataLoader(data.val, batch_size=16), calib_batches=2)
+    direct = evaluate_arch(
+        net,
+        arch,
+        DataLoader(Subset(data.train, calib_ids), batch_size=16),
+        DataLoader(data.val, batch_size=16),
+        calib_batches=2,
+    )
     assert recs[1]["top1"] == pytest.approx(direct["top1"]) and recs[1]["loss"] == pytest.approx(direct["loss"])
 
     # a crash mid-line is dropped; rerunning extends to a larger --n without redoing finished subnets
@@ -166,8 +181,25 @@ def test_collect_resume_and_shards(supernet, tmp_path):
 
 def test_cli_collect_and_fit(supernet, tmp_path, capsys):
     out = tmp_path / "acc.jsonl"
-    assert main(["predictor", "collect", str(supernet), "--n", "2", "--out", str(out), "--calib-batches", "1",
-                 "--batch-size", "16", "--repeat-split"]) == 0
+    assert (
+        main(
+            [
+                "predictor",
+                "collect",
+                str(supernet),
+                "--n",
+                "2",
+                "--out",
+                str(out),
+                "--calib-batches",
+                "1",
+                "--batch-size",
+                "16",
+                "--repeat-split",
+            ]
+        )
+        == 0
+    )
     assert "holds 2 subnet(s)" in capsys.readouterr().out
     header, recs = read_accuracy(out)
     assert len(recs) == 2 and header["supernet"] == str(supernet)
@@ -179,7 +211,8 @@ def test_cli_collect_and_fit(supernet, tmp_path, capsys):
     noise = np.random.default_rng(1).normal(0, 0.5, (2, len(rows)))
     lines = [dict(header, repeat_split=True)] + [
         {"index": i, "arch": GeneLayout.of(space).decode(r).to_dict(), "top1": t, "top1_a": t + a, "top1_b": t + b}
-        for i, (r, t, a, b) in enumerate(zip(rows, top1, *noise))]
+        for i, (r, t, a, b) in enumerate(zip(rows, top1, *noise))
+    ]
     acc = tmp_path / "synthetic.jsonl"
     acc.write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert main(["predictor", "fit", str(acc), "--epochs", "30", "--hidden", "64"]) == 0
@@ -196,8 +229,11 @@ def test_cli_collect_and_fit(supernet, tmp_path, capsys):
     assert main(["predictor", "fit", str(supernet)]) == 2
     assert "predictor: error:" in capsys.readouterr().err
     broken = tmp_path / "broken.jsonl"
-    broken.write_text("".join(json.dumps(x) + "\n" for x in lines[:20]) + json.dumps(
-        {"index": 99, "arch": lines[1]["arch"], "top1": 50.0}) + "\n")
+    broken.write_text(
+        "".join(json.dumps(x) + "\n" for x in lines[:20])
+        + json.dumps({"index": 99, "arch": lines[1]["arch"], "top1": 50.0})
+        + "\n"
+    )
     assert main(["predictor", "fit", str(broken)]) == 2
     assert "subnet 99: 'top1_a' missing" in capsys.readouterr().err
     assert main(["predictor", "collect", str(supernet), "--n", "0"]) == 2

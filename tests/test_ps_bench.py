@@ -26,8 +26,23 @@ def _bench():
 
 def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
     bench = _bench()
-    argv = ["--recipe", str(TINY_RECIPE), "--seeds", "0", "1", "--random", "1", "--scratch-epochs", "2",
-            "--lr-factors", "0.5", "1", "--cache", str(tmp_path), "--json"]
+    argv = [
+        "--recipe",
+        str(TINY_RECIPE),
+        "--seeds",
+        "0",
+        "1",
+        "--random",
+        "1",
+        "--scratch-epochs",
+        "2",
+        "--lr-factors",
+        "0.5",
+        "1",
+        "--cache",
+        str(tmp_path),
+        "--json",
+    ]
     assert bench.main(argv) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(report["subnets"]) == {"smallest", "middle", "largest", "random_1"}
@@ -55,8 +70,9 @@ def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
 
 def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):
     bench = _bench()
-    assert bench.main(["--recipe", "fashion", "--set", f"data.root={tmp_path}", "--cache", str(tmp_path),
-                       "--json"]) == 0
+    assert (
+        bench.main(["--recipe", "fashion", "--set", f"data.root={tmp_path}", "--cache", str(tmp_path), "--json"]) == 0
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("ps_vs_scratch: skipped: ") and "dataset-fashion-mnist" in lines[0]
     assert json.loads(lines[-1])["skipped"] and not list(tmp_path.iterdir())
@@ -68,8 +84,19 @@ def test_ablation_records_a_run_and_renders_the_docs_table_from_records(tmp_path
     monkeypatch.setattr(ablation, "RECORDS", tmp_path / "records.json")
     monkeypatch.setattr(ablation, "DOC", tmp_path / "page.md")
     (tmp_path / "page.md").write_text(f"intro\n{ablation.BEGIN}\nstale\n{ablation.END}\noutro\n")
-    common = ["--recipe", str(TINY_RECIPE), "--scratch-epochs", "2", "--lr-factors", "1", "--no-convergence",
-              "--cache", str(tmp_path / "cache"), "--proxy", "data.batch_size=16"]
+    common = [
+        "--recipe",
+        str(TINY_RECIPE),
+        "--scratch-epochs",
+        "2",
+        "--lr-factors",
+        "1",
+        "--no-convergence",
+        "--cache",
+        str(tmp_path / "cache"),
+        "--proxy",
+        "data.batch_size=16",
+    ]
     assert ablation.main(["--name", "a", "--change", "as is", *common]) == 0
     assert ablation.main(["--name", "b", "--change", "no KD", "--set", "distill.ratio=0", *common]) == 0
     records = json.loads((tmp_path / "records.json").read_text())

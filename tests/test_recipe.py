@@ -32,8 +32,9 @@ def test_imagenet_recipe_follows_the_official_schedule(tmp_path):
     (tmp_path / "train").mkdir()
     (tmp_path / "val").mkdir()
     r = load_recipe(ROOT / "recipes" / "imagenet_mbv3.yaml", [f"data.root={tmp_path}"])
-    got = [(p.name, p.kernels, p.expands, p.depths, p.subnets_per_step, p.epochs, p.warmup_epochs, p.lr)
-           for p in r.phases]
+    got = [
+        (p.name, p.kernels, p.expands, p.depths, p.subnets_per_step, p.epochs, p.warmup_epochs, p.lr) for p in r.phases
+    ]
     assert got == [
         ("full", (7,), (6,), (4,), 1, 180, 0, 2.6),
         ("kernel", (3, 5, 7), (6,), (4,), 1, 120, 5, 0.96),
@@ -55,24 +56,27 @@ def test_cifar_recipe_validates_with_a_local_root(tmp_path):
     assert r.space.in_channels == 3 and max(r.space.resolutions) <= r.data.image_size
 
 
-@pytest.mark.parametrize(("overrides", "expected"), [
-    (["data.colour=1"], "data.colour: unknown key"),
-    (["optimiser={}"], "optimiser: unknown key"),
-    (["data.batch_size=many"], "data.batch_size: expected an integer, got 'many'"),
-    (["phases.depth.subnets_per_step=2.5"], "phases[1].subnets_per_step: expected an integer"),
-    (["phases.depth.kernels=[3, 7]"], "phases[1].kernels[1]: 7 is not one of space.kernels [3, 5]"),
-    (["phases.0.resolutions=[10]"], "phases[0].resolutions[0]: 10 is not one of space.resolutions"),
-    (["distill.teacher=teachers"], "distill.teacher: 'teachers' is not one of 'none', 'full', 'inplace'"),
-    (["schedule.micro_batches=3"], "schedule.micro_batches: 3 must be >= 1 and divide data.batch_size"),
-    (["space.kernels=[3, 4]"], "kernels: kernel sizes must be odd"),
-    (["data.name=imagefolder", "data.root=/nonexistent/images"], "data.root: /nonexistent/images does not exist"),
-    (["data.name=CIFAR10"], "data.root: required for dataset 'CIFAR10'"),
-    (["data.name=cifar11"], "data.name: 'cifar11' is not digits, synthetic, imagefolder or a torchvision dataset"),
-    (["checkpoint.keep=1"], "checkpoint.keep: must be >= 2"),
-    (["phases.expand.sandwich=true", "phases.expand.subnets_per_step=1"], "phases[2].sandwich: needs"),
-    (["distill.teacher_phase=warmup"], "distill.teacher_phase: 'warmup' is not a phase name"),
-    (["phases.0.lr=-1"], "phases[0].lr: must be positive"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["data.colour=1"], "data.colour: unknown key"),
+        (["optimiser={}"], "optimiser: unknown key"),
+        (["data.batch_size=many"], "data.batch_size: expected an integer, got 'many'"),
+        (["phases.depth.subnets_per_step=2.5"], "phases[1].subnets_per_step: expected an integer"),
+        (["phases.depth.kernels=[3, 7]"], "phases[1].kernels[1]: 7 is not one of space.kernels [3, 5]"),
+        (["phases.0.resolutions=[10]"], "phases[0].resolutions[0]: 10 is not one of space.resolutions"),
+        (["distill.teacher=teachers"], "distill.teacher: 'teachers' is not one of 'none', 'full', 'inplace'"),
+        (["schedule.micro_batches=3"], "schedule.micro_batches: 3 must be >= 1 and divide data.batch_size"),
+        (["space.kernels=[3, 4]"], "kernels: kernel sizes must be odd"),
+        (["data.name=imagefolder", "data.root=/nonexistent/images"], "data.root: /nonexistent/images does not exist"),
+        (["data.name=CIFAR10"], "data.root: required for dataset 'CIFAR10'"),
+        (["data.name=cifar11"], "data.name: 'cifar11' is not digits, synthetic, imagefolder or a torchvision dataset"),
+        (["checkpoint.keep=1"], "checkpoint.keep: must be >= 2"),
+        (["phases.expand.sandwich=true", "phases.expand.subnets_per_step=1"], "phases[2].sandwich: needs"),
+        (["distill.teacher_phase=warmup"], "distill.teacher_phase: 'warmup' is not a phase name"),
+        (["phases.0.lr=-1"], "phases[0].lr: must be positive"),
+    ],
+)
 def test_bad_values_name_the_file_and_the_key(overrides, expected):
     with pytest.raises(OFAError) as err:
         load_recipe(TINY, overrides)
@@ -88,8 +92,16 @@ def test_missing_data_root_of_a_shipped_recipe(monkeypatch, tmp_path):
 
 
 def test_overrides_by_phase_name_and_index_and_yaml_values():
-    r = load_recipe(TINY, ["phases.depth.epochs=3", "phases.0.lr=0.2", "optimizer.weight_decay=1e-4",
-                           "data.synthetic.noise=0.5", "eval.subnets=corners"])
+    r = load_recipe(
+        TINY,
+        [
+            "phases.depth.epochs=3",
+            "phases.0.lr=0.2",
+            "optimizer.weight_decay=1e-4",
+            "data.synthetic.noise=0.5",
+            "eval.subnets=corners",
+        ],
+    )
     assert r.phases[1].epochs == 3 and r.phases[0].lr == 0.2
     assert r.optimizer.weight_decay == 1e-4  # YAML reads 1e-4 as a string; the schema takes it as a number
     assert r.data.synthetic.noise == 0.5 and r.eval.subnets == "corners"

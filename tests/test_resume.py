@@ -55,8 +55,16 @@ def test_sigkill_at_a_random_step_then_resume_is_bitwise_identical(reference, tm
     total = 4 * 9  # 4 epochs of 9 steps
     kill_after = random.randint(2, total - 8)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "ofa", "train", str(TINY), "--out", str(out),
-           *[a for o in OVERRIDES for a in ("--set", o)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ofa",
+        "train",
+        str(TINY),
+        "--out",
+        str(out),
+        *[a for o in OVERRIDES for a in ("--set", o)],
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -126,12 +134,15 @@ def _fewer_phases():
     return recipe_from_dict(raw, str(TINY))
 
 
-@pytest.mark.parametrize(("changed", "key", "values"), [
-    (lambda: load_recipe(TINY, [*OVERRIDES, "phases.expand.epochs=2"]), "phases[2].epochs", "is 2, but"),
-    (_fewer_phases, "phases", "is 2 entries ['full', 'depth'], but"),
-    (lambda: load_recipe(TINY, [*OVERRIDES, "phases.depth.lr=0.1"]), "phases[1].lr", "is 0.1, but"),
-    (lambda: load_recipe(TINY, [*OVERRIDES, "data.batch_size=8"]), "data.batch_size", "is 8, but"),
-])
+@pytest.mark.parametrize(
+    ("changed", "key", "values"),
+    [
+        (lambda: load_recipe(TINY, [*OVERRIDES, "phases.expand.epochs=2"]), "phases[2].epochs", "is 2, but"),
+        (_fewer_phases, "phases", "is 2 entries ['full', 'depth'], but"),
+        (lambda: load_recipe(TINY, [*OVERRIDES, "phases.depth.lr=0.1"]), "phases[1].lr", "is 0.1, but"),
+        (lambda: load_recipe(TINY, [*OVERRIDES, "data.batch_size=8"]), "data.batch_size", "is 8, but"),
+    ],
+)
 def test_resume_refuses_a_changed_recipe_naming_the_key(reference, tmp_path, changed, key, values):
     out = _copy_run(reference, tmp_path)
     before = (out / "recipe.yaml").read_bytes()

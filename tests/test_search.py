@@ -58,7 +58,13 @@ def setup():
 def test_defaults_are_the_official_evolution_finder():
     c = EvolutionConfig()
     assert (c.population, c.generations, c.parent_ratio, c.mutation_ratio, c.mutate_prob, c.resolution_prob) == (
-        100, 500, 0.25, 0.5, 0.1, 0.5)
+        100,
+        500,
+        0.25,
+        0.5,
+        0.1,
+        0.5,
+    )
     assert (c.n_parents, c.n_mutations) == (25, 50)
     with pytest.raises(OFAError, match="parent"):
         EvolutionConfig(population=3, parent_ratio=0.1)
@@ -149,8 +155,12 @@ def test_jointly_impossible_constraints(setup):
     fastest = inverted.predict_batch(cheapest_rows(space, inverted)).min()
     min_macs = space.macs(space.min_arch(min(space.resolutions)))
     with pytest.raises(OFAError, match=r"no subnet meets latency target .* and --max-macs"):
-        run_search(space, LinearAccuracy(space), inverted, SearchConfig([fastest * 1.001], max_macs=min_macs * 1.001,
-                   evolution=SMALL))
+        run_search(
+            space,
+            LinearAccuracy(space),
+            inverted,
+            SearchConfig([fastest * 1.001], max_macs=min_macs * 1.001, evolution=SMALL),
+        )
 
 
 def test_non_dominated_matches_brute_force():
@@ -202,15 +212,27 @@ def test_canonical_rows_identify_subnets(space):
 def _table(space: SearchSpace, path, resolutions=None):
     entries = {}
     for r in resolutions or space.resolutions:
-        layers = space.fixed_layers(r) + [space.block_spec(r, s, j, k, e) for s in range(space.num_stages)
-                                          for j in range(space.max_depth) for k in space.kernels
-                                          for e in space.expands]
+        layers = space.fixed_layers(r) + [
+            space.block_spec(r, s, j, k, e)
+            for s in range(space.num_stages)
+            for j in range(space.max_depth)
+            for k in space.kernels
+            for e in space.expands
+        ]
         for layer in layers:
             entries[layer.key] = {"mean_ms": layer_ms(layer), "std_ms": 0.0, "count": 1}
     if resolutions:
         space = SearchSpace.from_dict({**space.to_dict(), "resolutions": list(resolutions)})
-    meta = {"device": "synthetic", "backend": "ort-cpu", "threads": 1, "batch": 1, "overhead_ms": 0.3,
-            "space": space.to_dict(), "space_fingerprint": space.fingerprint(), "protocol": {}}
+    meta = {
+        "device": "synthetic",
+        "backend": "ort-cpu",
+        "threads": 1,
+        "batch": 1,
+        "overhead_ms": 0.3,
+        "space": space.to_dict(),
+        "space_fingerprint": space.fingerprint(),
+        "protocol": {},
+    }
     return save_table(path, meta, entries)
 
 
@@ -222,9 +244,24 @@ def test_cli_search(tmp_path, capsys):
     lut = _table(space, tmp_path / "lut.yaml")
     table = LatencyTable.load(lut)
     budget = float(np.percentile(table.predict_batch(GeneLayout.of(space).sample(2000, np.random.default_rng(0))), 40))
-    args = ["search", "--supernet", str(tmp_path / "supernet.pt"), "--predictor", str(tmp_path / "predictor.pt"),
-            "--lut", str(lut), "--latency-ms", f"{budget:.4f}", f"{budget * 1.3:.4f}", "--max-macs", "0.5G",
-            "--generations", "30", "--out", str(tmp_path / "out")]
+    args = [
+        "search",
+        "--supernet",
+        str(tmp_path / "supernet.pt"),
+        "--predictor",
+        str(tmp_path / "predictor.pt"),
+        "--lut",
+        str(lut),
+        "--latency-ms",
+        f"{budget:.4f}",
+        f"{budget * 1.3:.4f}",
+        "--max-macs",
+        "0.5G",
+        "--generations",
+        "30",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "Pareto front" in out and "predicted top-1" in out

@@ -25,8 +25,19 @@ LAYER_OF_PREFIX = {  # most specific prefix wins
     "ofa.__main__": "cli",
 }
 # imported inside functions only because they are optional extras (or slow to import for `ofa --help`)
-OPTIONAL = {"openvino", "executorch", "ai_edge_litert", "litert_torch", "huggingface_hub", "safetensors",
-            "tensorboard", "torch.utils.tensorboard", "wandb", "mlflow", "nncf"}
+OPTIONAL = {
+    "openvino",
+    "executorch",
+    "ai_edge_litert",
+    "litert_torch",
+    "huggingface_hub",
+    "safetensors",
+    "tensorboard",
+    "torch.utils.tensorboard",
+    "wandb",
+    "mlflow",
+    "nncf",
+}
 MAX_LINES, MAX_PARAMS = 60, 8
 
 
@@ -59,8 +70,13 @@ def imports_of(module: str, path: Path) -> list[tuple[str, ast.AST, bool]]:
     tree = ast.parse(path.read_text())
     skip = _type_checking_nodes(tree)
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
-                   for n in ast.walk(f) if n is not f}
+    in_function = {
+        id(n)
+        for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+        for n in ast.walk(f)
+        if n is not f
+    }
     found = []
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -85,8 +101,13 @@ def test_every_module_has_a_layer():
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_imports_go_one_way(module):
     mine = LAYERS.index(layer_of(module))
-    wrong = sorted({name for name, _, _ in imports_of(module, MODULES[module])
-                    if name in MODULES and LAYERS.index(layer_of(name)) > mine})
+    wrong = sorted(
+        {
+            name
+            for name, _, _ in imports_of(module, MODULES[module])
+            if name in MODULES and LAYERS.index(layer_of(name)) > mine
+        }
+    )
     assert not wrong, f"{module} ({LAYERS[mine]}) imports later layers: {wrong}"
 
 
@@ -100,7 +121,7 @@ def test_no_import_cycles():
         state[node] = 1
         for nxt in sorted(graph[node] - packages):
             if state.get(nxt) == 1:
-                cycles.append([*path[path.index(nxt):], nxt])
+                cycles.append([*path[path.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt, [*path, nxt])
         state[node] = 2

@@ -23,8 +23,9 @@ def net():
 
 def _parity(net, arch, batch=3, seed=0):
     net.set_active(arch)
-    x = torch.randn(batch, net.space.in_channels, arch.resolution, arch.resolution,
-                    generator=torch.Generator().manual_seed(seed))
+    x = torch.randn(
+        batch, net.space.in_channels, arch.resolution, arch.resolution, generator=torch.Generator().manual_seed(seed)
+    )
     static = net.extract().eval()
     with torch.no_grad():
         return (net(x) - static(x)).abs().max().item(), net(x).abs().max().item()
@@ -139,8 +140,9 @@ def test_load_errors_name_the_file(tmp_path, net):
         OFAMobileNetV3.load(other)
     wrong = tmp_path / "wrong.pt"
     state = net.state_dict()
-    torch.save({"format": "ofa-supernet", "space": tiny_space(final_expand_width=56).to_dict(),
-                "state_dict": state}, wrong)
+    torch.save(
+        {"format": "ofa-supernet", "space": tiny_space(final_expand_width=56).to_dict(), "state_dict": state}, wrong
+    )
     with pytest.raises(OFAError, match=r"wrong.pt: weights do not match the stored space"):
         OFAMobileNetV3.load(wrong)
 

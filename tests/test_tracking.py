@@ -11,10 +11,21 @@ from conftest import scalar_series
 from ofa.train.recipe import LoggingConfig
 from ofa.train.tracking import Tracker, log_figures, open_tracker
 
-EPOCH = {"kind": "epoch", "step": 10, "loss": 1.5, "lr": 0.1, "images_per_s": 100.0,
-         "noise_scale": {"b_simple": 42.0, "updates": 3, "trace": None}}
-EVAL = {"kind": "eval", "split": "val", "phase": "full", "step": 10,
-        "subnets": {"r8-k5-e3-d2": {"top1": 75.0, "loss": 0.7}, "r6-k3-e2-d1": {"top1": 50.0, "loss": 1.2}}}
+EPOCH = {
+    "kind": "epoch",
+    "step": 10,
+    "loss": 1.5,
+    "lr": 0.1,
+    "images_per_s": 100.0,
+    "noise_scale": {"b_simple": 42.0, "updates": 3, "trace": None},
+}
+EVAL = {
+    "kind": "eval",
+    "split": "val",
+    "phase": "full",
+    "step": 10,
+    "subnets": {"r8-k5-e3-d2": {"top1": 75.0, "loss": 0.7}, "r6-k3-e2-d1": {"top1": 50.0, "loss": 1.2}},
+}
 TEST = {"kind": "test", "step": 12, "subnets": {"r8-k5-e3-d2": {"top1": 80.0, "loss": 0.5}}}
 
 
@@ -49,8 +60,9 @@ class FakeWandb(SimpleNamespace):
 
     def init(self, **kwargs):
         self.inits.append(kwargs)
-        return SimpleNamespace(log=lambda values, step: self.logged.append((values, step)),
-                               finish=lambda: setattr(self, "finished", True))
+        return SimpleNamespace(
+            log=lambda values, step: self.logged.append((values, step)), finish=lambda: setattr(self, "finished", True)
+        )
 
     @staticmethod
     def Table(columns, data):
@@ -59,12 +71,14 @@ class FakeWandb(SimpleNamespace):
 
 def test_wandb_and_mlflow_get_the_same_figures(tmp_path, monkeypatch):
     wandb, calls = FakeWandb(), []
-    mlflow = SimpleNamespace(set_experiment=lambda name: calls.append(("experiment", name)),
-                             start_run=lambda run_name: calls.append(("run", run_name)),
-                             log_dict=lambda d, name: calls.append(("dict", name)),
-                             log_metrics=lambda values, step: calls.append(("metrics", values, step)),
-                             log_table=lambda data, name: calls.append(("table", data, name)),
-                             end_run=lambda: calls.append(("end",)))
+    mlflow = SimpleNamespace(
+        set_experiment=lambda name: calls.append(("experiment", name)),
+        start_run=lambda run_name: calls.append(("run", run_name)),
+        log_dict=lambda d, name: calls.append(("dict", name)),
+        log_metrics=lambda values, step: calls.append(("metrics", values, step)),
+        log_table=lambda data, name: calls.append(("table", data, name)),
+        end_run=lambda: calls.append(("end",)),
+    )
     monkeypatch.setitem(sys.modules, "wandb", wandb)
     monkeypatch.setitem(sys.modules, "mlflow", mlflow)
     cfg = LoggingConfig(tensorboard=False, wandb=True, mlflow=True, project="p")
@@ -75,8 +89,10 @@ def test_wandb_and_mlflow_get_the_same_figures(tmp_path, monkeypatch):
     tracker.close()
     assert wandb.inits[0]["project"] == "p" and wandb.inits[0]["config"] == {"seed": 0} and wandb.finished
     assert ({"val_top1/full/r8-k5-e3-d2": 75.0, "val_top1/full/r6-k3-e2-d1": 50.0}, 10) in wandb.logged
-    assert ({"test": ("table", ["subnet", "top-1 (%)", "loss"], [["r8-k5-e3-d2", "80.00", "0.5000"]])}, 12) \
-        in wandb.logged
+    assert (
+        {"test": ("table", ["subnet", "top-1 (%)", "loss"], [["r8-k5-e3-d2", "80.00", "0.5000"]])},
+        12,
+    ) in wandb.logged
     assert calls[:3] == [("experiment", "p"), ("run", "run"), ("dict", "recipe.json")] and calls[-1] == ("end",)
     assert ("metrics", {"test_top1/r8-k5-e3-d2": 80.0}, 12) in calls
     assert ("table", {"subnet": ["r8-k5-e3-d2"], "top-1 (%)": ["80.00"], "loss": ["0.5000"]}, "test.json") in calls

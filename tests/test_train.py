@@ -90,7 +90,8 @@ def test_tensorboard_holds_every_phases_corner_accuracy_loss_lr_noise_and_test(r
     assert len(board["train/step_loss"]) == epochs[-1]["step"]
     test = _rows(run, "test")[0]
     assert {f"test_top1/{n}": [v["top1"]] for n, v in test["subnets"].items()} == {
-        k: pytest.approx(v) for k, v in board.items() if k.startswith("test_top1/")}
+        k: pytest.approx(v) for k, v in board.items() if k.startswith("test_top1/")
+    }
 
 
 def test_refuses_to_overwrite_a_run(run):
@@ -138,15 +139,29 @@ def test_lr_schedule_and_weight_decay_groups():
     decay, no_decay = build_optimizer(net, r.optimizer, 0.1).param_groups
     assert decay["weight_decay"] == r.optimizer.weight_decay and no_decay["weight_decay"] == 0
     assert any(p is net.bn1.weight for p in no_decay["params"]) and all(p.ndim > 1 for p in decay["params"])
-    assert build_optimizer(net, load_recipe(TINY, ["optimizer.name=adamw"]).optimizer, 0.1).__class__.__name__ \
-        == "AdamW"
+    assert (
+        build_optimizer(net, load_recipe(TINY, ["optimizer.name=adamw"]).optimizer, 0.1).__class__.__name__ == "AdamW"
+    )
 
 
 def test_inplace_distillation_adamw_clipping_and_periodic_eval(tmp_path):
-    recipe = load_recipe(TINY, ["distill.teacher=inplace", "optimizer.name=adamw", "phases.full.lr=0.01",
-                                "phases.depth.lr=0.005", "phases.expand.lr=0.005", "phases.expand.epochs=2",
-                                "optimizer.grad_clip=0.5", "eval.every=1", "schedule.micro_batches=1",
-                                "checkpoint.every_steps=0", "checkpoint.safetensors=true", "logging.tensorboard=false"])
+    recipe = load_recipe(
+        TINY,
+        [
+            "distill.teacher=inplace",
+            "optimizer.name=adamw",
+            "phases.full.lr=0.01",
+            "phases.depth.lr=0.005",
+            "phases.expand.lr=0.005",
+            "phases.expand.epochs=2",
+            "optimizer.grad_clip=0.5",
+            "eval.every=1",
+            "schedule.micro_batches=1",
+            "checkpoint.every_steps=0",
+            "checkpoint.safetensors=true",
+            "logging.tensorboard=false",
+        ],
+    )
     path = train(recipe, tmp_path / "run")
     assert OFAMobileNetV3.load(path).meta["recipe"]["distill"]["teacher"] == "inplace"
     same, torch_file = OFAMobileNetV3.load(path.with_suffix(".safetensors")), OFAMobileNetV3.load(path)

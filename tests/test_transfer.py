@@ -86,8 +86,12 @@ def test_reheaded_init_supernet_cannot_teach_but_an_unchanged_one_does(tmp_path,
     rgb10 = OFAMobileNetV3.load(source)
     four = rehead(fold_input_channels(rgb10, 1), 4)
     four.save(tmp_path / "four.pt")
-    recipe = _recipe(tmp_path, tmp_path / "four.pt", None,
-                     ("distill.teacher=init", "phases=[{name: full, epochs: 1, lr: 0.01}]", "eval.calib_batches=1"))
+    recipe = _recipe(
+        tmp_path,
+        tmp_path / "four.pt",
+        None,
+        ("distill.teacher=init", "phases=[{name: full, epochs: 1, lr: 0.01}]", "eval.calib_batches=1"),
+    )
     path = train(recipe, tmp_path / "run")
     ckpt = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))[-1], weights_only=True)
     for key, value in four.state_dict().items():

@@ -15,21 +15,35 @@ def int_list(text: str) -> tuple[int, ...]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "import", help="import an official OFA-MobileNetV3 checkpoint (mit-han-lab/once-for-all) as a supernet",
+        "import",
+        help="import an official OFA-MobileNetV3 checkpoint (mit-han-lab/once-for-all) as a supernet",
         description="Reads an official checkpoint (e.g. ofa_mbv3_d234_e346_k357_w1.0; fp32 or fp16, old or new key "
-                    "names), infers widths, kernel set, largest expand ratio and depth from the tensor shapes, and "
-                    "writes a supernet file whose every subnet computes what the official network computes. The "
-                    "file carries the official preprocessing (ImageNet mean/std, bilinear resize, 0.875 centre crop). "
-                    "Recalibrate BN per subnet before deploying (ofa export does, given training images).")
+        "names), infers widths, kernel set, largest expand ratio and depth from the tensor shapes, and "
+        "writes a supernet file whose every subnet computes what the official network computes. The "
+        "file carries the official preprocessing (ImageNet mean/std, bilinear resize, 0.875 centre crop). "
+        "Recalibrate BN per subnet before deploying (ofa export does, given training images).",
+    )
     p.add_argument("checkpoint", help="official checkpoint (.pth), as torch.save({'state_dict': ...}) wrote it")
     p.add_argument("--out", required=True, metavar="SUPERNET.pt", help="supernet file to write")
-    p.add_argument("--expands", type=int_list, metavar="E,E,..",
-                   help="expand ratio choices (default: the paper's 3,4,6 up to the checkpoint's largest)")
-    p.add_argument("--depths", type=int_list, metavar="D,D,..",
-                   help="depth choices (default: the paper's 2,3,4 up to the checkpoint's largest)")
+    p.add_argument(
+        "--expands",
+        type=int_list,
+        metavar="E,E,..",
+        help="expand ratio choices (default: the paper's 3,4,6 up to the checkpoint's largest)",
+    )
+    p.add_argument(
+        "--depths",
+        type=int_list,
+        metavar="D,D,..",
+        help="depth choices (default: the paper's 2,3,4 up to the checkpoint's largest)",
+    )
     p.add_argument("--num-classes", type=int, metavar="N", help="replace the classifier by a fresh N-way one")
-    p.add_argument("--in-channels", type=int, metavar="C",
-                   help="input channels (1: the stem's RGB weights are summed, for grayscale data)")
+    p.add_argument(
+        "--in-channels",
+        type=int,
+        metavar="C",
+        help="input channels (1: the stem's RGB weights are summed, for grayscale data)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the fresh classifier")
     p.set_defaults(func=run)
 
@@ -37,12 +51,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ofa.official import ImportConfig, import_official_file
 
-    config = ImportConfig(expands=args.expands, depths=args.depths, num_classes=args.num_classes,
-                          in_channels=args.in_channels, seed=args.seed)
+    config = ImportConfig(
+        expands=args.expands,
+        depths=args.depths,
+        num_classes=args.num_classes,
+        in_channels=args.in_channels,
+        seed=args.seed,
+    )
     result = import_official_file(args.checkpoint, args.out, config)
     space = result.space
-    print(f"wrote {result.out}: {result.tensors} tensors; stage widths {list(space.stage_channels)}, kernels "
-          f"{list(space.kernels)}, expands {list(space.expands)}, depths {list(space.depths)}, "
-          f"{space.in_channels} input channels, {space.num_classes} classes, "
-          f"{space.count():.1e} subnets per resolution")
+    print(
+        f"wrote {result.out}: {result.tensors} tensors; stage widths {list(space.stage_channels)}, kernels "
+        f"{list(space.kernels)}, expands {list(space.expands)}, depths {list(space.depths)}, "
+        f"{space.in_channels} input channels, {space.num_classes} classes, "
+        f"{space.count():.1e} subnets per resolution"
+    )
     return 0

@@ -13,16 +13,22 @@ import os
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("noise-scale", help="measure the gradient noise scale (critical batch size)",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "noise-scale", help="measure the gradient noise scale (critical batch size)", description=__doc__
+    )
     p.add_argument("recipe", help="recipe YAML")
     p.add_argument("--steps", type=int, default=20, help="measurement steps (default 20)")
     p.add_argument("--run", help="run folder whose newest checkpoint gives the weights and the current phase")
     p.add_argument("--phase", help="phase name (default: the run's current phase, else the first)")
-    p.add_argument("--accumulate", type=int, default=8,
-                   help="micro-batches per step: the big batch is this many training micro-batches (default 8)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe value")
+    p.add_argument(
+        "--accumulate",
+        type=int,
+        default=8,
+        help="micro-batches per step: the big batch is this many training micro-batches (default 8)",
+    )
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a recipe value"
+    )
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=run)
 
@@ -38,16 +44,22 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict()))
         return 0
     b = result.b_simple
-    print(f"phase {result.phase!r}: gradient noise scale over {result.steps} steps, "
-          f"batches of {result.b_small} and {result.b_big} images")
+    print(
+        f"phase {result.phase!r}: gradient noise scale over {result.steps} steps, "
+        f"batches of {result.b_small} and {result.b_big} images"
+    )
     print(f"  tr(Σ) = {result.trace_sigma:.4g}   |G|² = {result.grad_sq:.4g}")
     if b is None:
-        print("  B_simple: not measurable (|G|² estimate <= 0: the gradient is lost in the noise; "
-              "use more --steps or a larger --accumulate)")
+        print(
+            "  B_simple: not measurable (|G|² estimate <= 0: the gradient is lost in the noise; "
+            "use more --steps or a larger --accumulate)"
+        )
         return 0
     print(f"  critical batch size (B_simple) ≈ {b:.0f} images")
     print(f"  {result.advice}")
     capped = " (capped at a quarter of the training set)" if result.suggested_batch * 1.5 < b else ""
-    print(f"  at global batch {result.suggested_batch}{capped} the learning rate by the paper's rule "
-          f"ε ∝ 1/(1 + B_simple/B) is {result.suggested_lr:.3g} (now {result.lr:.3g} at {result.current_global_batch})")
+    print(
+        f"  at global batch {result.suggested_batch}{capped} the learning rate by the paper's rule "
+        f"ε ∝ 1/(1 + B_simple/B) is {result.suggested_lr:.3g} (now {result.lr:.3g} at {result.current_global_batch})"
+    )
     return 0

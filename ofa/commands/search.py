@@ -36,17 +36,25 @@ def milliseconds(text: str) -> float:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "search", help="find the most accurate subnet within a latency budget on a device",
+        "search",
+        help="find the most accurate subnet within a latency budget on a device",
         description="Evolutionary search (OFA's: population 100, 500 generations, 25% parents, 50% mutation, "
-                    "the rest crossover) for the subnet with the highest predicted accuracy whose latency on the "
-                    "table's device is within each budget. Writes arch_<T>ms.json per budget (predicted_top1, "
-                    "latency_ms, macs, params, lut), pareto.json and pareto.png (every evaluated subnet that no "
-                    "other beats in accuracy, latency and MACs), search.json and metrics.jsonl.")
+        "the rest crossover) for the subnet with the highest predicted accuracy whose latency on the "
+        "table's device is within each budget. Writes arch_<T>ms.json per budget (predicted_top1, "
+        "latency_ms, macs, params, lut), pareto.json and pareto.png (every evaluated subnet that no "
+        "other beats in accuracy, latency and MACs), search.json and metrics.jsonl.",
+    )
     p.add_argument("--supernet", required=True, metavar="CKPT", help="supernet file or training checkpoint")
     p.add_argument("--predictor", required=True, metavar="P.pt", help="accuracy predictor (`ofa predictor fit`)")
     p.add_argument("--lut", required=True, metavar="TABLE.yaml", help="latency table of the device (`ofa lut build`)")
-    p.add_argument("--latency-ms", required=True, nargs="+", type=milliseconds, metavar="MS",
-                   help="one or more latency budgets in ms")
+    p.add_argument(
+        "--latency-ms",
+        required=True,
+        nargs="+",
+        type=milliseconds,
+        metavar="MS",
+        help="one or more latency budgets in ms",
+    )
     p.add_argument("--max-macs", type=count, metavar="M", help="also cap multiply-accumulates (e.g. 300M)")
     p.add_argument("--max-params", type=count, metavar="P", help="also cap parameters (e.g. 5M)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: search/ next to the predictor)")
@@ -65,8 +73,14 @@ def run(args: argparse.Namespace) -> int:
     from search.evolution import EvolutionConfig, SearchConfig
     from search.find import search_files
 
-    evolution = EvolutionConfig(args.population, args.generations, args.parent_ratio, args.mutation_ratio,
-                                args.mutate_prob, args.resolution_prob)
+    evolution = EvolutionConfig(
+        args.population,
+        args.generations,
+        args.parent_ratio,
+        args.mutation_ratio,
+        args.mutate_prob,
+        args.resolution_prob,
+    )
     cfg = SearchConfig(tuple(args.latency_ms), args.max_macs, args.max_params, args.seed, evolution)
     found = search_files(args.supernet, args.predictor, args.lut, cfg, args.out)
     if found.note:
@@ -74,9 +88,13 @@ def run(args: argparse.Namespace) -> int:
     result, paths = found.result, found.paths
     for t in result.targets:
         e = t.arch.extra
-        print(f"{t.target_ms:g} ms: predicted top-1 {e['predicted_top1']:.2f}%, latency {e['latency_ms']:.3f} ms, "
-              f"{e['macs'] / 1e6:.1f}M MACs, {e['params'] / 1e6:.2f}M params, {t.arch.short()} "
-              f"-> {paths[f'arch_{t.target_ms:g}ms']}")
-    print(f"Pareto front: {len(result.front)} of {result.evaluated} evaluated subnets -> {paths['pareto_json']}, "
-          f"{paths['pareto_png']}")
+        print(
+            f"{t.target_ms:g} ms: predicted top-1 {e['predicted_top1']:.2f}%, latency {e['latency_ms']:.3f} ms, "
+            f"{e['macs'] / 1e6:.1f}M MACs, {e['params'] / 1e6:.2f}M params, {t.arch.short()} "
+            f"-> {paths[f'arch_{t.target_ms:g}ms']}"
+        )
+    print(
+        f"Pareto front: {len(result.front)} of {result.evaluated} evaluated subnets -> {paths['pareto_json']}, "
+        f"{paths['pareto_png']}"
+    )
     return 0

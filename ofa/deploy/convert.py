@@ -37,17 +37,32 @@ def check_opset(opset: int) -> int:
     return opset
 
 
-def _trace(module: nn.Module, dummy: torch.Tensor, target: Any, opset: int, output_name: str,
-           dynamic_axes: dict[str, dict[int, str]] | None = None) -> None:
+def _trace(
+    module: nn.Module,
+    dummy: torch.Tensor,
+    target: Any,
+    opset: int,
+    output_name: str,
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
+) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter announces its deprecation on every call
-        torch.onnx.export(module.eval(), (dummy,), target, dynamo=False, opset_version=opset,
-                          input_names=[INPUT_NAME], output_names=[output_name], dynamic_axes=dynamic_axes,
-                          do_constant_folding=True)
+        torch.onnx.export(
+            module.eval(),
+            (dummy,),
+            target,
+            dynamo=False,
+            opset_version=opset,
+            input_names=[INPUT_NAME],
+            output_names=[output_name],
+            dynamic_axes=dynamic_axes,
+            do_constant_folding=True,
+        )
 
 
-def export_onnx(module: nn.Module, input_shape: Sequence[int], path: str | Path | None = None,
-                opset: int = DEFAULT_OPSET) -> bytes | Path:
+def export_onnx(
+    module: nn.Module, input_shape: Sequence[int], path: str | Path | None = None, opset: int = DEFAULT_OPSET
+) -> bytes | Path:
     """Export one layer or model at a fixed input shape; bytes when no path is given."""
     target: Any = io.BytesIO() if path is None else str(path)
     with torch.no_grad():
@@ -72,8 +87,9 @@ def check_onnx(model: onnx.ModelProto, what: str = "exported model") -> None:
         raise OFAError(f"{what} fails onnx.checker: {str(exc).strip().splitlines()[0]}") from None
 
 
-def build_metadata(space: SearchSpace, arch: Arch, *, mean: Any, std: Any, class_names: Any,
-                   values: Mapping[str, Any]) -> dict[str, str]:
+def build_metadata(
+    space: SearchSpace, arch: Arch, *, mean: Any, std: Any, class_names: Any, values: Mapping[str, Any]
+) -> dict[str, str]:
     """``metadata_props`` of an exported model: everything needed to feed it and to trace it back."""
     meta = {
         "arch": arch.to_dict(),
@@ -118,7 +134,7 @@ def read_metadata(model: onnx.ModelProto | str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for prop in model.metadata_props:
         if prop.key.startswith(META_PREFIX):
-            out[prop.key[len(META_PREFIX):]] = json.loads(prop.value)
+            out[prop.key[len(META_PREFIX) :]] = json.loads(prop.value)
     if "arch" in out:
         out["arch"] = Arch.from_dict(out["arch"], "metadata_props ofa.arch")
     return out

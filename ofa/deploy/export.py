@@ -116,18 +116,23 @@ def check_arch(space: SearchSpace, arch: Any, source: str = "arch") -> Arch:
     without a fingerprint is judged by its values.
     """
     if arch is None or isinstance(arch, nn.Module):
-        raise OFAError(f"{source}: no subnet arch given; the supernet itself is not exported "
-                       "(pick a subnet, e.g. the arch.json written by `ofa search`)")
+        raise OFAError(
+            f"{source}: no subnet arch given; the supernet itself is not exported "
+            "(pick a subnet, e.g. the arch.json written by `ofa search`)"
+        )
     if not isinstance(arch, Arch):
         raise OFAError(f"{source}: expected an Arch, got {type(arch).__name__}")
     if arch.space is not None and arch.space != space.fingerprint():
-        raise OFAError(f"{source}: the arch does not fit the supernet's space {space.fingerprint()}: it was "
-                       f"searched for a checkpoint of another space ({arch.space})")
+        raise OFAError(
+            f"{source}: the arch does not fit the supernet's space {space.fingerprint()}: it was "
+            f"searched for a checkpoint of another space ({arch.space})"
+        )
     try:
         space.validate(arch, source)
     except SpaceError as exc:
-        raise SpaceError(f"{exc} (the arch does not fit the supernet's space {space.fingerprint()}: "
-                         "a checkpoint of another space?)") from None
+        raise SpaceError(
+            f"{exc} (the arch does not fit the supernet's space {space.fingerprint()}: a checkpoint of another space?)"
+        ) from None
     return arch
 
 
@@ -135,11 +140,15 @@ def check_table_fits(table: LatencyTable, space: SearchSpace, arch: Arch) -> Non
     """The table must be measured for the supernet's space (its resolutions may be a subset) at the arch's."""
     measured = table.table_space
     if {**measured.to_dict(), "resolutions": None} != {**space.to_dict(), "resolutions": None}:
-        raise OFAError(f"{table.source}: table was measured for space {measured.fingerprint()}, but the supernet's "
-                       f"space is {space.fingerprint()}")
+        raise OFAError(
+            f"{table.source}: table was measured for space {measured.fingerprint()}, but the supernet's "
+            f"space is {space.fingerprint()}"
+        )
     if arch.resolution not in measured.resolutions:
-        raise OFAError(f"{table.source}: table has no entries at resolution {arch.resolution} "
-                       f"(it covers {list(measured.resolutions)})")
+        raise OFAError(
+            f"{table.source}: table has no entries at resolution {arch.resolution} "
+            f"(it covers {list(measured.resolutions)})"
+        )
 
 
 @dataclass(frozen=True)
@@ -160,8 +169,9 @@ class StaticSubnet:
 
 
 # --------------------------------------------------------------------------- the whole export
-def export_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any = None,
-                  table: LatencyTable | None = None) -> ExportResult:
+def export_subnet(
+    net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any = None, table: LatencyTable | None = None
+) -> ExportResult:
     """Export subnet ``arch`` of ``net`` to ``cfg.out`` (.onnx) and verify it; see the module docstring.
 
     ``data`` is a `ofa.data.DataBundle`: its train split recalibrates BN and calibrates INT8, its
@@ -175,13 +185,20 @@ def export_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any 
     arch = check_arch(net.space, arch, cfg.arch_source)
     _check_inputs(net.space, arch, cfg, data, table)
     model, bn_batches = _static_subnet(net, arch, cfg, data)
-    subject = StaticSubnet(model, net.space, arch, getattr(net, "meta", None) or {}, bn_batches,
-                           file_sha256(cfg.checkpoint) if cfg.checkpoint else None)
+    subject = StaticSubnet(
+        model,
+        net.space,
+        arch,
+        getattr(net, "meta", None) or {},
+        bn_batches,
+        file_sha256(cfg.checkpoint) if cfg.checkpoint else None,
+    )
     return _export_static(subject, cfg, data, table)
 
 
-def export_finetuned(model: nn.Module, cfg: ExportConfig, data: Any = None,
-                     table: LatencyTable | None = None) -> ExportResult:
+def export_finetuned(
+    model: nn.Module, cfg: ExportConfig, data: Any = None, table: LatencyTable | None = None
+) -> ExportResult:
     """Export a fine-tuned subnet (`ofa.load_subnet` of what `ofa finetune` wrote) as it is.
 
     The same conversion, parity, accuracy, INT8 and latency steps as `export_subnet`, but BN is not
@@ -195,8 +212,15 @@ def export_finetuned(model: nn.Module, cfg: ExportConfig, data: Any = None,
     space = meta["space"]
     arch = check_arch(space, meta["arch"], cfg.arch_source)
     _check_inputs(space, arch, cfg, data, table)
-    subject = StaticSubnet(model.eval(), space, arch, meta, 0, meta.get("supernet_sha256"),
-                           file_sha256(cfg.checkpoint) if cfg.checkpoint else None)
+    subject = StaticSubnet(
+        model.eval(),
+        space,
+        arch,
+        meta,
+        0,
+        meta.get("supernet_sha256"),
+        file_sha256(cfg.checkpoint) if cfg.checkpoint else None,
+    )
     return _export_static(subject, cfg, data, table)
 
 
@@ -205,8 +229,9 @@ def _check_inputs(space: SearchSpace, arch: Arch, cfg: ExportConfig, data: Any, 
     if table is not None:
         check_table_fits(table, space, arch)
     if cfg.int8 and data is None:
-        raise OFAError(f"--int8 needs training images for calibration, and {cfg.checkpoint or 'the supernet'} "
-                       "records no data")
+        raise OFAError(
+            f"--int8 needs training images for calibration, and {cfg.checkpoint or 'the supernet'} records no data"
+        )
 
 
 def _export_static(subject: StaticSubnet, cfg: ExportConfig, data: Any, table: LatencyTable | None) -> ExportResult:
@@ -224,19 +249,29 @@ def _export_static(subject: StaticSubnet, cfg: ExportConfig, data: Any, table: L
     int8_proto, calibration_images = _int8(result, proto, runner, cfg, data, split, fp32_preds)
     if cfg.latency:
         models = {"fp32": proto, **({"int8": int8_proto} if int8_proto is not None else {})}
-        measured = measure_latencies(models, model, (table_batch, space.in_channels, arch.resolution,
-                                                     arch.resolution), table)
+        measured = measure_latencies(
+            models, model, (table_batch, space.in_channels, arch.resolution, arch.resolution), table
+        )
         result.latency_fp32, result.latency_int8 = measured["fp32"], measured.get("int8")
         result.extra["latency"] = {name: asdict(lat) for name, lat in measured.items()}
     prep = Preprocessing.of(subject.meta, data, space.num_classes)
     _add_metadata(result, proto, int8_proto, space, prep, calibration_images)
-    checks = FormatChecks(model, proto, (table_batch, space.in_channels, arch.resolution, arch.resolution), *inputs,
-                          test=_loader(split, cfg.batch_size, False, cfg.seed) if split is not None else None,
-                          onnx_preds=fp32_preds, protocol=_table_protocol(table) if cfg.latency else None,
-                          threads=int(table.meta.get("threads", 1)) if table is not None else 1, progress=cfg.progress)
+    checks = FormatChecks(
+        model,
+        proto,
+        (table_batch, space.in_channels, arch.resolution, arch.resolution),
+        *inputs,
+        test=_loader(split, cfg.batch_size, False, cfg.seed) if split is not None else None,
+        onnx_preds=fp32_preds,
+        protocol=_table_protocol(table) if cfg.latency else None,
+        threads=int(table.meta.get("threads", 1)) if table is not None else 1,
+        progress=cfg.progress,
+    )
     converted = [convert_and_check(fmt, checks, str(cfg.out)) for fmt in cfg.formats]
-    result.formats = [replace(c.result, files=[str(f) for f in format_files(c.format, result.folder, result.onnx_path)])
-                      for c in converted]
+    result.formats = [
+        replace(c.result, files=[str(f) for f in format_files(c.format, result.folder, result.onnx_path)])
+        for c in converted
+    ]
     _write_all(result, proto, int8_proto, model, space, prep, converted)
     return result
 
@@ -258,15 +293,22 @@ def _static_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any
     bn_batches = 0
     if data is not None and cfg.calib_batches > 0:
         calib = _loader(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed)
-        bar = tqdm(itertools.islice(calib, cfg.calib_batches), total=cfg.calib_batches, desc="BN recalibration",
-                   unit="batch", disable=not cfg.progress, leave=False)
+        bar = tqdm(
+            itertools.islice(calib, cfg.calib_batches),
+            total=cfg.calib_batches,
+            desc="BN recalibration",
+            unit="batch",
+            disable=not cfg.progress,
+            leave=False,
+        )
         bn_batches = recalibrate_bn(model, bar, cfg.calib_batches, resolution=arch.resolution)
         model.eval()
     return model, bn_batches
 
 
-def _parity_inputs(arch: Arch, space: SearchSpace, cfg: ExportConfig,
-                   split: Dataset | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _parity_inputs(
+    arch: Arch, space: SearchSpace, cfg: ExportConfig, split: Dataset | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(test images, seeded random inputs) every runtime's parity check runs on."""
     shape = (space.in_channels, arch.resolution, arch.resolution)
     real = torch.zeros(0, *shape)
@@ -283,7 +325,8 @@ def _parity(model: nn.Module, runner: OrtModel, inputs: tuple[torch.Tensor, torc
         raise ParityError(
             f"{cfg.out}: onnxruntime does not match PyTorch: max |logit diff| {parity.max_abs_diff:.3g} "
             f"(allowed {PARITY_ATOL:g}), top-1 identical on {100 * parity.top1_agreement:.1f}% of "
-            f"{parity.real_inputs + parity.random_inputs} inputs; nothing written")
+            f"{parity.real_inputs + parity.random_inputs} inputs; nothing written"
+        )
     return parity
 
 
@@ -291,13 +334,23 @@ def _new_result(subject: StaticSubnet, cfg: ExportConfig, parity: Parity, table:
     out, arch, space, model = cfg.onnx_path, subject.arch, subject.space, subject.model
     folder, is_folder = folder_layout(cfg.out)
     result = ExportResult(
-        onnx_path=out, subnet_path=folder / FOLDER_WEIGHTS if is_folder else out.with_suffix(".pt"),
-        card_path=folder / FOLDER_CARD if is_folder else out.with_suffix(".md"), folder=folder,
-        summary_path=out.with_suffix(".export.json"), arch=arch, opset=cfg.opset, dynamic_batch=cfg.dynamic_batch,
-        bn_batches=subject.bn_batches, parity=parity, macs=count_macs(model, arch.resolution, space.in_channels),
-        params=count_params(model), predicted_top1=_float(arch.extra.get("predicted_top1")),
-        supernet_sha256=subject.supernet_sha256, finetuned_sha256=subject.finetuned_sha256,
-        space_fingerprint=space.fingerprint(), predicted_latency_ms=_float(arch.extra.get("latency_ms")),
+        onnx_path=out,
+        subnet_path=folder / FOLDER_WEIGHTS if is_folder else out.with_suffix(".pt"),
+        card_path=folder / FOLDER_CARD if is_folder else out.with_suffix(".md"),
+        folder=folder,
+        summary_path=out.with_suffix(".export.json"),
+        arch=arch,
+        opset=cfg.opset,
+        dynamic_batch=cfg.dynamic_batch,
+        bn_batches=subject.bn_batches,
+        parity=parity,
+        macs=count_macs(model, arch.resolution, space.in_channels),
+        params=count_params(model),
+        predicted_top1=_float(arch.extra.get("predicted_top1")),
+        supernet_sha256=subject.supernet_sha256,
+        finetuned_sha256=subject.finetuned_sha256,
+        space_fingerprint=space.fingerprint(),
+        predicted_latency_ms=_float(arch.extra.get("latency_ms")),
         table=arch.extra.get("lut"),
     )
     if table is not None:
@@ -316,21 +369,30 @@ def _accuracy(result: ExportResult, runner: OrtModel, split: Dataset | None, cfg
     return preds
 
 
-def _int8(result: ExportResult, proto: onnx.ModelProto, runner: OrtModel, cfg: ExportConfig, data: Any,
-          split: Dataset | None, fp32_preds: np.ndarray | None) -> tuple[onnx.ModelProto | None, int]:
+def _int8(
+    result: ExportResult,
+    proto: onnx.ModelProto,
+    runner: OrtModel,
+    cfg: ExportConfig,
+    data: Any,
+    split: Dataset | None,
+    fp32_preds: np.ndarray | None,
+) -> tuple[onnx.ModelProto | None, int]:
     """The INT8 model (checked, its accuracy and agreement with fp32 into ``result``) and its calibration images."""
     if not cfg.int8:
         return None, 0
     resolution = result.arch.resolution
-    calibration = _calibration_batches(data.train, runner.batch or cfg.batch_size, cfg.calib_batches * cfg.batch_size,
-                                       resolution, cfg.seed)
+    calibration = _calibration_batches(
+        data.train, runner.batch or cfg.batch_size, cfg.calib_batches * cfg.batch_size, resolution, cfg.seed
+    )
     int8_proto = quantize_int8(proto, calibration, progress=cfg.progress)
     check_onnx(int8_proto, "INT8 model")
     result.int8_path = result.onnx_path.with_suffix(".int8.onnx")
     if split is not None:
         loader = _loader(split, cfg.batch_size, False, cfg.seed)
-        result.top1_int8, int8_preds = onnx_accuracy(OrtModel(int8_proto), loader, resolution, cfg.progress,
-                                                     "int8 accuracy")
+        result.top1_int8, int8_preds = onnx_accuracy(
+            OrtModel(int8_proto), loader, resolution, cfg.progress, "int8 accuracy"
+        )
         result.int8_top1_agreement = float((int8_preds == fp32_preds).mean())
     return int8_proto, sum(len(b) for b in calibration)
 
@@ -341,44 +403,78 @@ def _calibration_batches(train: Dataset, batch: int, images: int, resolution: in
     if not xs:
         raise OFAError("INT8 calibration: the training split is empty")
     stacked = torch.cat(xs).numpy()
-    return [stacked[i:i + batch] for i in range(0, len(stacked) - batch + 1, batch)] or [stacked]
+    return [stacked[i : i + batch] for i in range(0, len(stacked) - batch + 1, batch)] or [stacked]
 
 
-def _add_metadata(result: ExportResult, proto: onnx.ModelProto, int8_proto: onnx.ModelProto | None,
-                  space: SearchSpace, prep: Preprocessing, calibration_images: int) -> None:
+def _add_metadata(
+    result: ExportResult,
+    proto: onnx.ModelProto,
+    int8_proto: onnx.ModelProto | None,
+    space: SearchSpace,
+    prep: Preprocessing,
+    calibration_images: int,
+) -> None:
     """Everything needed to feed the models and trace them back, into their ``metadata_props``."""
     values = {
-        "supernet_sha256": result.supernet_sha256, "predicted_top1": result.predicted_top1,
-        "predicted_latency_ms": result.predicted_latency_ms, "latency_table": result.table,
-        "macs": result.macs, "params": result.params, "bn_recalibration_batches": result.bn_batches,
-        "top1_fp32": result.top1_fp32, "latency_ms_fp32": result.latency_fp32 and result.latency_fp32.mean_ms,
-        "parity_max_abs_diff": result.parity.max_abs_diff, "opset": result.opset, "preprocess": prep.resize,
+        "supernet_sha256": result.supernet_sha256,
+        "predicted_top1": result.predicted_top1,
+        "predicted_latency_ms": result.predicted_latency_ms,
+        "latency_table": result.table,
+        "macs": result.macs,
+        "params": result.params,
+        "bn_recalibration_batches": result.bn_batches,
+        "top1_fp32": result.top1_fp32,
+        "latency_ms_fp32": result.latency_fp32 and result.latency_fp32.mean_ms,
+        "parity_max_abs_diff": result.parity.max_abs_diff,
+        "opset": result.opset,
+        "preprocess": prep.resize,
         "finetuned_sha256": result.finetuned_sha256,
     }
 
     def props(extra: dict[str, Any]) -> dict[str, str]:
-        return build_metadata(space, result.arch, mean=prep.mean, std=prep.std, class_names=prep.class_names,
-                              values={**values, **extra})
+        return build_metadata(
+            space, result.arch, mean=prep.mean, std=prep.std, class_names=prep.class_names, values={**values, **extra}
+        )
 
     set_metadata(proto, props({"precision": "fp32"}))
     if int8_proto is not None:
-        set_metadata(int8_proto, props({
-            "precision": INT8_PRECISION, "top1_int8": result.top1_int8,
-            "latency_ms_int8": result.latency_int8 and result.latency_int8.mean_ms,
-            "int8_calibration_images": calibration_images}))
+        set_metadata(
+            int8_proto,
+            props(
+                {
+                    "precision": INT8_PRECISION,
+                    "top1_int8": result.top1_int8,
+                    "latency_ms_int8": result.latency_int8 and result.latency_int8.mean_ms,
+                    "int8_calibration_images": calibration_images,
+                }
+            ),
+        )
 
 
-def _write_all(result: ExportResult, proto: onnx.ModelProto, int8_proto: onnx.ModelProto | None, model: nn.Module,
-               space: SearchSpace, prep: Preprocessing, converted: Sequence[Converted] = ()) -> None:
+def _write_all(
+    result: ExportResult,
+    proto: onnx.ModelProto,
+    int8_proto: onnx.ModelProto | None,
+    model: nn.Module,
+    space: SearchSpace,
+    prep: Preprocessing,
+    converted: Sequence[Converted] = (),
+) -> None:
     """Write every file into a temp folder beside the output, then rename them all into place.
 
     The model folder always; with ``--out MODEL.onnx`` also today's files beside it; the other formats in both.
     """
-    subnet_meta = {"mean": prep.mean, "std": prep.std, "class_names": prep.class_names,
-                   "supernet_sha256": result.supernet_sha256, "bn_recalibration_batches": result.bn_batches,
-                   "top1": result.top1_fp32, "space_fingerprint": space.fingerprint(),
-                   **({"preprocess": prep.resize} if prep.resize else {}),
-                   **({"finetuned_sha256": result.finetuned_sha256} if result.finetuned_sha256 else {})}
+    subnet_meta = {
+        "mean": prep.mean,
+        "std": prep.std,
+        "class_names": prep.class_names,
+        "supernet_sha256": result.supernet_sha256,
+        "bn_recalibration_batches": result.bn_batches,
+        "top1": result.top1_fp32,
+        "space_fingerprint": space.fingerprint(),
+        **({"preprocess": prep.resize} if prep.resize else {}),
+        **({"finetuned_sha256": result.finetuned_sha256} if result.finetuned_sha256 else {}),
+    }
     out, folder = result.onnx_path, result.folder
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out.stem}.", dir=out.parent) as tmp:
@@ -408,8 +504,9 @@ def _float(value: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- from files (the CLI)
-def export_file(supernet: Path | None, arch: Path | None, cfg: ExportConfig, lut: Path | None = None,
-                subnet: Path | None = None) -> ExportResult:
+def export_file(
+    supernet: Path | None, arch: Path | None, cfg: ExportConfig, lut: Path | None = None, subnet: Path | None = None
+) -> ExportResult:
     """`export_subnet` from files: the supernet (its meta names the data), an arch JSON and an optional table;
     or, given ``subnet`` (a file `ofa finetune` wrote) instead of both, `export_finetuned` of that subnet.
 
@@ -421,26 +518,32 @@ def export_file(supernet: Path | None, arch: Path | None, cfg: ExportConfig, lut
     if supernet is None:
         raise OFAError("--supernet (with --arch) or --subnet (a subnet file written by `ofa finetune`) is required")
     if arch is None:
-        raise OFAError("--arch is required: the supernet itself is not exported; give a subnet's arch JSON "
-                       "(e.g. written by `ofa search`)")
+        raise OFAError(
+            "--arch is required: the supernet itself is not exported; give a subnet's arch JSON "
+            "(e.g. written by `ofa search`)"
+        )
     chosen = load_arch_file(arch)
     net = OFAMobileNetV3.load(supernet).eval()
     cfg = replace(cfg, checkpoint=Path(supernet), arch_source=str(arch))
     chosen = check_arch(net.space, chosen, str(arch))
     if chosen.space is None:
-        _note(f"{arch}: names no space fingerprint (a hand-written or converted arch?); checked against the "
-              "supernet's space by its values only")
+        _note(
+            f"{arch}: names no space fingerprint (a hand-written or converted arch?); checked against the "
+            "supernet's space by its values only"
+        )
     table_path = _find_table(lut, chosen, arch)
     table = LatencyTable.load(table_path) if table_path is not None else None
     return export_subnet(net, chosen, cfg, data=_load_data(net.meta, supernet), table=table)
 
 
-def _export_finetuned_file(subnet: Path, supernet: Path | None, arch: Path | None, cfg: ExportConfig,
-                           lut: Path | None) -> ExportResult:
+def _export_finetuned_file(
+    subnet: Path, supernet: Path | None, arch: Path | None, cfg: ExportConfig, lut: Path | None
+) -> ExportResult:
     """`export_finetuned` of a subnet file; its meta names the data it was fine-tuned on."""
     if supernet is not None or arch is not None:
-        raise OFAError(f"--subnet {subnet}: a subnet file carries its own arch and weights; give it without "
-                       "--supernet and --arch")
+        raise OFAError(
+            f"--subnet {subnet}: a subnet file carries its own arch and weights; give it without --supernet and --arch"
+        )
     model = load_subnet(subnet)
     cfg = replace(cfg, checkpoint=Path(subnet), arch_source=f"{subnet}:arch")
     table_path = _find_table(lut, model.ofa_meta["arch"], Path(subnet))
@@ -457,8 +560,10 @@ def load_arch_file(path: str | Path) -> Arch:
         head = fh.read(4)
     if head.startswith(b"PK") or head.startswith(b"\x80") or path.suffix == ".safetensors":
         kind = "a safetensors weights file" if path.suffix == ".safetensors" else "a PyTorch checkpoint"
-        raise OFAError(f"{path}: this is {kind}, not an arch JSON; the supernet itself is not "
-                       "exported (give the subnet's arch.json, e.g. from `ofa search`)")
+        raise OFAError(
+            f"{path}: this is {kind}, not an arch JSON; the supernet itself is not "
+            "exported (give the subnet's arch.json, e.g. from `ofa search`)"
+        )
     try:
         return Arch.load(path)
     except UnicodeDecodeError:
@@ -479,8 +584,10 @@ def _find_table(lut: Path | None, arch: Arch, arch_path: Path) -> Path | None:
     for candidate in (Path(name), arch_path.parent / name):
         if candidate.is_file():
             return candidate
-    _note(f"{arch_path}: its latency table {name} does not exist here; latency is measured with the default "
-          "protocol and not compared with a prediction")
+    _note(
+        f"{arch_path}: its latency table {name} does not exist here; latency is measured with the default "
+        "protocol and not compared with a prediction"
+    )
     return None
 
 
@@ -489,10 +596,12 @@ def _load_data(meta: dict[str, Any], ckpt: Path, supernet: bool = True) -> Any:
     if meta.get("data"):
         return data_from_meta(meta)
     if meta.get("bn_recalibration"):
-        print(f"WARNING: {ckpt} is an imported supernet that records no training images: this subnet keeps the "
-              "whole supernet's BN statistics and its accuracy WILL SUFFER. Fine-tune on your data first "
-              "(`ofa train` with init.supernet, or `ofa finetune`), which records the images for recalibration.",
-              file=sys.stderr)
+        print(
+            f"WARNING: {ckpt} is an imported supernet that records no training images: this subnet keeps the "
+            "whole supernet's BN statistics and its accuracy WILL SUFFER. Fine-tune on your data first "
+            "(`ofa train` with init.supernet, or `ofa finetune`), which records the images for recalibration.",
+            file=sys.stderr,
+        )
     kept = "BN statistics stay the supernet's, " if supernet else ""
     _note(f"{ckpt} records no training data: {kept}parity uses random inputs only and accuracy is not measured")
     return None

@@ -62,17 +62,21 @@ def convert_and_check(fmt: str, checks: FormatChecks, where: str) -> Converted:
     runtime = f"{formats.RUNTIME[fmt]} {formats.runtime_version(fmt)}"
     parity = check_parity(checks.model, runner, checks.real, checks.noise, progress=checks.progress)
     if not parity.ok:
-        raise ParityError(f"{where}: {runtime} ({fmt}) does not match PyTorch: max |logit diff| "
-                          f"{parity.max_abs_diff:.3g} (allowed {PARITY_ATOL:g}), top-1 identical on "
-                          f"{100 * parity.top1_agreement:.1f}% of {parity.real_inputs + parity.random_inputs} "
-                          "inputs; nothing written")
+        raise ParityError(
+            f"{where}: {runtime} ({fmt}) does not match PyTorch: max |logit diff| "
+            f"{parity.max_abs_diff:.3g} (allowed {PARITY_ATOL:g}), top-1 identical on "
+            f"{100 * parity.top1_agreement:.1f}% of {parity.real_inputs + parity.random_inputs} "
+            "inputs; nothing written"
+        )
     top1 = None
     if checks.test is not None and checks.onnx_preds is not None:
         top1, preds = onnx_accuracy(runner, checks.test, checks.shape[-1], checks.progress, f"{fmt} accuracy")
         differ = int((preds != checks.onnx_preds).sum())
         if differ:
-            raise ParityError(f"{where}: {runtime} ({fmt}) predicts another class than the ONNX model on {differ} "
-                              f"of {len(preds)} test images; nothing written")
+            raise ParityError(
+                f"{where}: {runtime} ({fmt}) predicts another class than the ONNX model on {differ} "
+                f"of {len(preds)} test images; nothing written"
+            )
     latency = _latency(fmt, infer, checks, runtime) if checks.protocol is not None else None
     return Converted(fmt, model, FormatExport(fmt, runtime, [], parity, top1, latency))
 
@@ -81,10 +85,13 @@ def _latency(fmt: str, infer: Callable[[np.ndarray], np.ndarray], checks: Format
     protocol = checks.protocol
     runner = CallRunner(infer, checks.shape, checks.threads, fmt in formats.WORKER_THREADS)
     stats = time_models({fmt: runner}, protocol)[fmt]
-    source = (f"standalone, {CLOCK_NAMES[protocol.clock]} clock, median of {protocol.blocks} blocks, "
-              f"{formats.FORMAT_BACKEND[fmt]} ({runtime})")
-    return Latency(float(stats["mean_ms"]), float(stats["std_ms"]), checks.shape[0], checks.threads,
-                   int(stats["count"]), source)
+    source = (
+        f"standalone, {CLOCK_NAMES[protocol.clock]} clock, median of {protocol.blocks} blocks, "
+        f"{formats.FORMAT_BACKEND[fmt]} ({runtime})"
+    )
+    return Latency(
+        float(stats["mean_ms"]), float(stats["std_ms"]), checks.shape[0], checks.threads, int(stats["count"]), source
+    )
 
 
 def stage_format(converted: Converted, targets: Iterable[Path], stage: Callable[[Path], Path]) -> None:

@@ -47,8 +47,11 @@ class CommandRunner:
 
     def argv(self, model: Path, file: str, shape: Sequence[int]) -> list[str]:
         """The command line for one model (placeholders filled in, shell-quoted, then split)."""
-        filled = (self.command.replace("{model}", shlex.quote(str(model))).replace("{file}", shlex.quote(file))
-                  .replace("{shape}", ",".join(str(d) for d in shape)))
+        filled = (
+            self.command.replace("{model}", shlex.quote(str(model)))
+            .replace("{file}", shlex.quote(file))
+            .replace("{shape}", ",".join(str(d) for d in shape))
+        )
         return shlex.split(filled)
 
     def time_ms(self, model: Path, file: str, shape: Sequence[int]) -> float:
@@ -85,8 +88,13 @@ class CommandRunner:
         return float(match.group(1))
 
 
-def time_with_command(runner: CommandRunner, models: Mapping[str, tuple[Path, str, Sequence[int]]], blocks: int,
-                      seed: int = 0, progress: Callable[[int], Any] | None = None) -> dict[str, Stats]:
+def time_with_command(
+    runner: CommandRunner,
+    models: Mapping[str, tuple[Path, str, Sequence[int]]],
+    blocks: int,
+    seed: int = 0,
+    progress: Callable[[int], Any] | None = None,
+) -> dict[str, Stats]:
     """Every model (key → (path, file in pack, input shape)) timed ``blocks`` times in shuffled order."""
     names = list(models)
     figures: dict[str, list[float]] = {name: [] for name in names}

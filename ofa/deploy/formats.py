@@ -31,8 +31,10 @@ def check_format(name: str) -> str:
     """A format name, or one line naming the choices; a backend name is taken for its format."""
     fmt = BACKEND_FORMAT.get(name, name)
     if fmt not in FORMAT_BACKEND:
-        raise OFAError(f"unknown format {name!r} (choose from {', '.join(FORMAT_BACKEND)}, or a backend: "
-                       f"{', '.join(BACKEND_FORMAT)})")
+        raise OFAError(
+            f"unknown format {name!r} (choose from {', '.join(FORMAT_BACKEND)}, or a backend: "
+            f"{', '.join(BACKEND_FORMAT)})"
+        )
     return fmt
 
 
@@ -46,8 +48,13 @@ def runtime_version(fmt: str) -> str:
     return openvino_backend.version() if fmt == "openvino" else executorch_backend.version()
 
 
-def convert(fmt: str, module: nn.Module | None, shape: Sequence[int], onnx_model: bytes | Path | None = None,
-            metadata: Mapping[str, str] | None = None) -> Any:
+def convert(
+    fmt: str,
+    module: nn.Module | None,
+    shape: Sequence[int],
+    onnx_model: bytes | Path | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> Any:
     """``module`` (or, for ONNX and OpenVINO, ``onnx_model``) in format ``fmt``: ONNX or .pte bytes, an
     ``openvino.Model``."""
     if fmt == "executorch":
@@ -94,7 +101,7 @@ class FormatModel:
     def __call__(self, x: np.ndarray, chunk: int = 256) -> np.ndarray:
         outputs = []
         for start in range(0, len(x), self.batch):
-            part = np.ascontiguousarray(x[start:start + self.batch], dtype=np.float32)
+            part = np.ascontiguousarray(x[start : start + self.batch], dtype=np.float32)
             n = len(part)
             if n < self.batch:
                 part = np.concatenate([part, np.repeat(part[-1:], self.batch - n, axis=0)])

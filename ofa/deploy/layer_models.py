@@ -105,8 +105,9 @@ def empty_runner(backend: str, batch: int, threads: int) -> Runner:
     return make_runner(backend, EmptyModel(), (batch, 1), threads, onnx_model=empty_onnx(batch))
 
 
-def subnet_runners(space: SearchSpace, archs: Iterable[Arch], backend: str, batch: int,
-                   threads: int) -> dict[str, Runner]:
+def subnet_runners(
+    space: SearchSpace, archs: Iterable[Arch], backend: str, batch: int, threads: int
+) -> dict[str, Runner]:
     """Whole timm subnets (random weights) loaded on ``backend``, keyed by ``Arch.short()`` plus index."""
     runners = {}
     for i, arch in enumerate(archs):

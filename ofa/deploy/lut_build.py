@@ -49,8 +49,7 @@ PROBES = 3  # drift probe subnets per resolution
 NOISE_ATTEMPTS = 3  # timings of one resolution before the build gives up as too noisy
 DRAWS_PER_SUBNET = 100  # random draws allowed per distinct subnet wanted, before giving up
 # settings that must match for a build to resume an existing file
-RESUME_KEYS = ("backend", "threads", "batch", "dtype", "space_fingerprint", "protocol", "calibration_subnets",
-               "seed")
+RESUME_KEYS = ("backend", "threads", "batch", "dtype", "space_fingerprint", "protocol", "calibration_subnets", "seed")
 
 
 @dataclass(frozen=True)
@@ -75,8 +74,9 @@ class TableBuildConfig:
         if self.threads < 1 or self.batch < 1:
             raise OFAError(f"--threads and --batch must be positive, got threads={self.threads}, batch={self.batch}")
         if self.calibrate == 1 or self.calibrate < 0:
-            raise OFAError(f"--calibrate: need 0 (no correction) or at least 2 subnets per resolution, "
-                           f"got {self.calibrate}")
+            raise OFAError(
+                f"--calibrate: need 0 (no correction) or at least 2 subnets per resolution, got {self.calibrate}"
+            )
         if not self.max_noise_pct > 0:
             raise OFAError(f"--max-noise: expected a positive percentage, got {self.max_noise_pct}")
         if self.resolutions and min(self.resolutions) < 1:
@@ -137,8 +137,10 @@ def calibration_archs(space: SearchSpace, resolution: int, n: int, seed: int) ->
     rng = np.random.default_rng([seed, resolution])
     archs = _distinct(space, itertools.chain(ends[:n], _draws(space, rng, resolution, n)), n)
     if len(archs) < n:
-        raise OFAError(f"--calibrate: found only {len(archs)} distinct subnets at {resolution} px in "
-                       f"{DRAWS_PER_SUBNET * n} random draws; ask for at most {len(archs)}")
+        raise OFAError(
+            f"--calibrate: found only {len(archs)} distinct subnets at {resolution} px in "
+            f"{DRAWS_PER_SUBNET * n} random draws; ask for at most {len(archs)}"
+        )
     return archs
 
 
@@ -164,8 +166,9 @@ def fit_correction(raw_ms: Sequence[float], measured_ms: Sequence[float]) -> tup
 
 
 # --------------------------------------------------------------------------------- the build
-def build_table(space: SearchSpace, cfg: TableBuildConfig,
-                on_resolution_done: Callable[[int], None] | None = None) -> LatencyTable:
+def build_table(
+    space: SearchSpace, cfg: TableBuildConfig, on_resolution_done: Callable[[int], None] | None = None
+) -> LatencyTable:
     """Measure (or resume measuring) a latency table for ``space`` and write it to ``cfg.out``.
 
     ``on_resolution_done(r)`` runs after each resolution is saved. Raises `OFAError` when ``cfg.out``
@@ -218,9 +221,11 @@ def _new_meta(space: SearchSpace, cfg: TableBuildConfig) -> dict[str, Any]:
         "space": space.to_dict(),
         "overhead_ms": None,
         "calibration_subnets": cfg.calibrate,
-        "correction": {"kind": "affine-per-resolution" if cfg.calibrate else "none",
-                       "formula": "predicted = scale * (overhead_ms + sum of entries) + offset",
-                       "per_resolution": {}},
+        "correction": {
+            "kind": "affine-per-resolution" if cfg.calibrate else "none",
+            "formula": "predicted = scale * (overhead_ms + sum of entries) + offset",
+            "per_resolution": {},
+        },
         "probes": {},
         "noise": {"criterion": NOISE_CRITERION, "per_resolution": {}},
         "resolutions_done": [],
@@ -235,8 +240,10 @@ def _resume(out: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     old = dict(doc["meta"])
     for key in RESUME_KEYS:
         if old.get(key) != meta[key]:
-            raise OFAError(f"{out}: exists with {key}={old.get(key)!r}, this build asks {meta[key]!r}; "
-                           f"delete it or choose another --out")
+            raise OFAError(
+                f"{out}: exists with {key}={old.get(key)!r}, this build asks {meta[key]!r}; "
+                f"delete it or choose another --out"
+            )
     old.setdefault("resolutions_done", [])
     return old, dict(doc.get("entries") or {})
 
@@ -249,36 +256,48 @@ def _layer_runners(modules: LayerModules, r: int, cfg: TableBuildConfig) -> dict
     return runners
 
 
-def _measure_resolution(space: SearchSpace, r: int, modules: LayerModules, meta: dict[str, Any],
-                        entries: dict[str, Any], cfg: TableBuildConfig) -> None:
+def _measure_resolution(
+    space: SearchSpace,
+    r: int,
+    modules: LayerModules,
+    meta: dict[str, Any],
+    entries: dict[str, Any],
+    cfg: TableBuildConfig,
+) -> None:
     """Time every layer at ``r`` with the calibration and probe subnets; fill ``entries`` and ``meta``."""
     layers = _layer_runners(modules, r, cfg)
     archs = calibration_archs(space, r, cfg.calibrate, meta["seed"])
     probes = probe_archs(space, r, PROBES, meta["seed"], exclude=archs)
     subnets = subnet_runners(space, archs, cfg.backend, cfg.batch, cfg.threads)
-    probe_runners = {f"<probe>{k}": v
-                     for k, v in subnet_runners(space, probes, cfg.backend, cfg.batch, cfg.threads).items()}
+    probe_runners = {
+        f"<probe>{k}": v for k, v in subnet_runners(space, probes, cfg.backend, cfg.batch, cfg.threads).items()
+    }
     extra = {}
     if meta["overhead_ms"] is None and not cfg.backend.startswith("torch"):
         extra["<empty>"] = empty_runner(cfg.backend, cfg.batch, cfg.threads)
     models = {**layers, **extra, **subnets, **probe_runners}
     stats = _time_quietly(models, [*probe_runners, *subnets] or list(models), r, meta, cfg)
-    meta.setdefault("probes", {})[r] = [{"arch": a.to_dict(), "measured_ms": round(stats[name]["mean_ms"], 6)}
-                                        for a, name in zip(probes, probe_runners)]
+    meta.setdefault("probes", {})[r] = [
+        {"arch": a.to_dict(), "measured_ms": round(stats[name]["mean_ms"], 6)} for a, name in zip(probes, probe_runners)
+    ]
     if meta["overhead_ms"] is None:
         meta["overhead_ms"] = round(float(stats.pop("<empty>")["mean_ms"]), 6) if "<empty>" in stats else 0.0
     overhead = meta["overhead_ms"]
     for key in layers:
         s = stats[key]
-        entries[key] = {"mean_ms": round(max(0.0, s["mean_ms"] - overhead), 6), "std_ms": round(s["std_ms"], 6),
-                        "count": int(s["count"])}
+        entries[key] = {
+            "mean_ms": round(max(0.0, s["mean_ms"] - overhead), 6),
+            "std_ms": round(s["std_ms"], 6),
+            "count": int(s["count"]),
+        }
     if archs:
         measured = [stats[name]["mean_ms"] for name in subnets]
         meta["correction"]["per_resolution"][r] = correction_record(space, archs, entries, overhead, measured)
 
 
-def _time_quietly(models: Mapping[str, Runner], judged: Sequence[str], r: int, meta: dict[str, Any],
-                  cfg: TableBuildConfig) -> dict[str, Stats]:
+def _time_quietly(
+    models: Mapping[str, Runner], judged: Sequence[str], r: int, meta: dict[str, Any], cfg: TableBuildConfig
+) -> dict[str, Stats]:
     """Time ``models`` until the ``judged`` ones (whole subnets) are quiet enough; record the noise in meta.
 
     Raises `OFAError` (one line, nothing written for ``r``) after `NOISE_ATTEMPTS` noisy timings.
@@ -294,21 +313,27 @@ def _time_quietly(models: Mapping[str, Runner], judged: Sequence[str], r: int, m
             record["per_resolution"][r] = {"noise_pct": noise[-1], "max_pct": cfg.max_noise_pct, "attempts": attempt}
             return stats
     kept = meta["resolutions_done"]
-    raise OFAError(f"{cfg.out}: too noisy to measure at {r} px: whole subnets' block medians varied by "
-                   f"{', '.join(f'{n:.1f}%' for n in noise)} (interquartile range / median) in {NOISE_ATTEMPTS} "
-                   f"attempts, more than --max-noise {cfg.max_noise_pct:g}%; nothing written for {r} px"
-                   f"{f' (resolutions {kept} kept; rerun to resume)' if kept else ''}")
+    raise OFAError(
+        f"{cfg.out}: too noisy to measure at {r} px: whole subnets' block medians varied by "
+        f"{', '.join(f'{n:.1f}%' for n in noise)} (interquartile range / median) in {NOISE_ATTEMPTS} "
+        f"attempts, more than --max-noise {cfg.max_noise_pct:g}%; nothing written for {r} px"
+        f"{f' (resolutions {kept} kept; rerun to resume)' if kept else ''}"
+    )
 
 
-def correction_record(space: SearchSpace, archs: Sequence[Arch], entries: Mapping[str, Any], overhead: float,
-                      measured: Sequence[float]) -> dict[str, Any]:
+def correction_record(
+    space: SearchSpace, archs: Sequence[Arch], entries: Mapping[str, Any], overhead: float, measured: Sequence[float]
+) -> dict[str, Any]:
     """The affine fit of the calibration subnets' measured ms on their raw sums, as stored in meta."""
     raw = [overhead + sum(entries[layer.key]["mean_ms"] for layer in space.layers(a)) for a in archs]
     scale, offset = fit_correction(raw, measured)
     fitted = scale * np.asarray(raw) + offset
     return {
-        "scale": round(scale, 6), "offset": round(offset, 6),
+        "scale": round(scale, 6),
+        "offset": round(offset, 6),
         "fit_mape_pct": round(float(np.mean(np.abs(fitted / np.asarray(measured) - 1)) * 100), 3),
-        "points": [{"arch": a.to_dict(), "raw_ms": round(x, 6), "measured_ms": round(m, 6)}
-                   for a, x, m in zip(archs, raw, measured)],
+        "points": [
+            {"arch": a.to_dict(), "raw_ms": round(x, 6), "measured_ms": round(m, 6)}
+            for a, x, m in zip(archs, raw, measured)
+        ],
     }

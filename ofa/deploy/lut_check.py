@@ -100,8 +100,10 @@ def sample_check_archs(table: LatencyTable, resolutions: Sequence[int], n: int, 
     """``n`` distinct random subnets per resolution, none of them a calibration subnet or probe of the table."""
     space = table.space
     layout = GeneLayout.of(space)
-    excluded = {layout.canonical(layout.encode(a)).tobytes()
-                for a in [*table.calibration_archs(), *(a for r in resolutions for a, _ in table.probes(r))]}
+    excluded = {
+        layout.canonical(layout.encode(a)).tobytes()
+        for a in [*table.calibration_archs(), *(a for r in resolutions for a, _ in table.probes(r))]
+    }
     rng = np.random.default_rng([seed, 7919])
     archs: list[Arch] = []
     for r in resolutions:
@@ -127,19 +129,28 @@ def summarize_errors(predicted: Sequence[float], measured: Sequence[float]) -> d
     p, m = np.asarray(predicted, np.float64), np.asarray(measured, np.float64)
     err = p / m - 1
     rho = float(spearmanr(p, m).statistic) if len(p) > 2 and np.ptp(m) > 0 else float("nan")
-    return {"n": len(p), "mape": round(float(np.mean(np.abs(err)) * 100), 3),
-            "within_10pct": round(float(np.mean(np.abs(err) <= 0.10) * 100), 2),
-            "spearman": round(rho, 4), "max_abs_error_pct": round(float(np.max(np.abs(err)) * 100), 3)}
+    return {
+        "n": len(p),
+        "mape": round(float(np.mean(np.abs(err)) * 100), 3),
+        "within_10pct": round(float(np.mean(np.abs(err) <= 0.10) * 100), 2),
+        "spearman": round(rho, 4),
+        "max_abs_error_pct": round(float(np.max(np.abs(err)) * 100), 3),
+    }
 
 
 def _blocks(items: Sequence[int], probes: int) -> list[Sequence[int]]:
     """``items`` cut into blocks of at most ``MAX_LOADED`` models, the first leaving room for ``probes``."""
     first = max(1, MAX_LOADED - probes)
-    return [items[:first], *(items[i:i + MAX_LOADED] for i in range(first, len(items), MAX_LOADED))]
+    return [items[:first], *(items[i : i + MAX_LOADED] for i in range(first, len(items), MAX_LOADED))]
 
 
-def _time_block(table: LatencyTable, archs: Sequence[Arch], probes: Sequence[Arch], protocol: Protocol,
-                progress: Callable[[int], None]) -> tuple[list[Stats], list[Stats]]:
+def _time_block(
+    table: LatencyTable,
+    archs: Sequence[Arch],
+    probes: Sequence[Arch],
+    protocol: Protocol,
+    progress: Callable[[int], None],
+) -> tuple[list[Stats], list[Stats]]:
     """Load one block of subnets with the probes, time them together, release them: (subnet, probe) stats."""
     meta, space = table.meta, table.space
     runners = subnet_runners(space, archs, meta["backend"], meta["batch"], meta["threads"])
@@ -148,8 +159,9 @@ def _time_block(table: LatencyTable, archs: Sequence[Arch], probes: Sequence[Arc
     return [stats[k] for k in runners], [stats[f"<probe>{k}"] for k in probe_runners]
 
 
-def _measure(table: LatencyTable, archs: Sequence[Arch], resolutions: Sequence[int], protocol: Protocol,
-             progress: bool) -> tuple[list[Stats], dict[int, float], dict[int, float]]:
+def _measure(
+    table: LatencyTable, archs: Sequence[Arch], resolutions: Sequence[int], protocol: Protocol, progress: bool
+) -> tuple[list[Stats], dict[int, float], dict[int, float]]:
     """Measured stats of every arch (in order), the machine drift and the noise per resolution.
 
     The noise is judged on the probes (timed in each resolution's first block), or on the subnets of
@@ -160,19 +172,20 @@ def _measure(table: LatencyTable, archs: Sequence[Arch], resolutions: Sequence[i
     measured: dict[int, Stats] = {}
     drift, noise = {}, {}
     blocks = sum(len(b) for b in plan.values())
-    with tqdm(total=protocol.repeats * blocks, desc=f"time {len(archs)} subnets in {blocks} block(s)",
-              disable=not progress) as bar:
+    with tqdm(
+        total=protocol.repeats * blocks, desc=f"time {len(archs)} subnets in {blocks} block(s)", disable=not progress
+    ) as bar:
         for r, (first, *rest) in plan.items():
-            stats, probe_stats = _time_block(table, [archs[i] for i in first], [a for a, _ in probes[r]], protocol,
-                                             bar.update)
+            stats, probe_stats = _time_block(
+                table, [archs[i] for i in first], [a for a, _ in probes[r]], protocol, bar.update
+            )
             measured.update(zip(first, stats))
             ratios = [s["mean_ms"] / then for s, (_, then) in zip(probe_stats, probes[r])]
             drift[r] = float(np.median(ratios)) if ratios else 1.0
             judged = dict(enumerate(probe_stats or stats))
             noise[r] = noise_pct(judged, list(judged))
             for block in rest:
-                measured.update(zip(block, _time_block(table, [archs[i] for i in block], [], protocol,
-                                                       bar.update)[0]))
+                measured.update(zip(block, _time_block(table, [archs[i] for i in block], [], protocol, bar.update)[0]))
     return [measured[i] for i in range(len(archs))], drift, noise
 
 
@@ -198,21 +211,34 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
     rows = []
     for arch, s in zip(archs, stats):
         predicted, measured = table.predict(arch), s["mean_ms"]
-        rows.append({"resolution": arch.resolution, "arch": arch.to_dict(), "predicted_ms": round(predicted, 4),
-                     "measured_ms": round(measured, 4), "std_ms": round(s["std_ms"], 4),
-                     "error_pct": round((predicted / measured - 1) * 100, 3)})
+        rows.append(
+            {
+                "resolution": arch.resolution,
+                "arch": arch.to_dict(),
+                "predicted_ms": round(predicted, 4),
+                "measured_ms": round(measured, 4),
+                "std_ms": round(s["std_ms"], 4),
+                "error_pct": round((predicted / measured - 1) * 100, 3),
+            }
+        )
 
     def judge(selected: list[dict[str, Any]]) -> dict[str, Any]:
         out = summarize_errors([x["predicted_ms"] for x in selected], [x["measured_ms"] for x in selected])
-        adjusted = summarize_errors([x["predicted_ms"] for x in selected],
-                                    [x["measured_ms"] / drift[x["resolution"]] for x in selected])
+        adjusted = summarize_errors(
+            [x["predicted_ms"] for x in selected], [x["measured_ms"] / drift[x["resolution"]] for x in selected]
+        )
         out["drift_adjusted"] = {k: adjusted[k] for k in ("mape", "within_10pct", "max_abs_error_pct")}
         return out
 
     summary: dict[str, Any] = judge(rows)
-    summary["per_resolution"] = {r: {**judge([x for x in rows if x["resolution"] == r]),
-                                     "machine_drift": round(drift[r], 4), "noise_pct": round(noise[r], 3)}
-                                 for r in resolutions}
+    summary["per_resolution"] = {
+        r: {
+            **judge([x for x in rows if x["resolution"] == r]),
+            "machine_drift": round(drift[r], 4),
+            "noise_pct": round(noise[r], 3),
+        }
+        for r in resolutions
+    }
     summary["too_noisy"] = [r for r in resolutions if noise[r] > cfg.max_noise_pct]
     summary["max_noise_pct"] = cfg.max_noise_pct
     summary["protocol"] = protocol.to_dict()
@@ -220,8 +246,9 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
     return CheckResult(rows, summary)
 
 
-def check_table_file(table_path: Path, cfg: CheckConfig, space: str | None = None,
-                     out: Path | None = None) -> CheckReport:
+def check_table_file(
+    table_path: Path, cfg: CheckConfig, space: str | None = None, out: Path | None = None
+) -> CheckReport:
     """`check_table` on a table file; writes check.jsonl, summary.json and check.png into ``out``.
 
     ``space`` (as ``ofa lut build --space`` takes it) also requires the table to cover that space;
@@ -252,8 +279,7 @@ def plot_check(result: CheckResult, path: str | Path, title: str) -> Path:
     for r, stats in result.summary["per_resolution"].items():
         pts = [(x["measured_ms"], x["predicted_ms"]) for x in result.rows if x["resolution"] == r]
         ax.scatter(*zip(*pts), s=14, label=f"{r} px: {stats['within_10pct']:.0f}% in ±10%, ρ={stats['spearman']:.3f}")
-    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured latency (ms)", ylabel="predicted latency (ms)",
-           title=title)
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured latency (ms)", ylabel="predicted latency (ms)", title=title)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=120))

@@ -62,8 +62,9 @@ class PackConfig:
         if self.batch < 1:
             raise OFAError(f"--batch must be positive, got {self.batch}")
         if self.calibrate == 1 or self.calibrate < 0:
-            raise OFAError(f"--calibrate: need 0 (no correction) or at least 2 subnets per resolution, "
-                           f"got {self.calibrate}")
+            raise OFAError(
+                f"--calibrate: need 0 (no correction) or at least 2 subnets per resolution, got {self.calibrate}"
+            )
         object.__setattr__(self, "format", fmt)
         object.__setattr__(self, "out", Path(self.out))
 
@@ -110,10 +111,18 @@ def pack_models(space: SearchSpace, cfg: PackConfig) -> Path:
         entries = {}
         for i, m in enumerate(tqdm(models, desc=f"pack {cfg.format}", disable=not cfg.progress)):
             entries[m.key] = _write_model(space, m, tmp / "models" / f"{i:05d}{formats.SUFFIX[cfg.format]}", cfg.format)
-        manifest = {"format": PACK_FORMAT, "model_format": cfg.format, "backend": formats.FORMAT_BACKEND[cfg.format],
-                    "batch": cfg.batch, "seed": cfg.seed, "calibration_subnets": cfg.calibrate,
-                    "space_fingerprint": space.fingerprint(), "space": space.to_dict(),
-                    "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "models": entries}
+        manifest = {
+            "format": PACK_FORMAT,
+            "model_format": cfg.format,
+            "backend": formats.FORMAT_BACKEND[cfg.format],
+            "batch": cfg.batch,
+            "seed": cfg.seed,
+            "calibration_subnets": cfg.calibrate,
+            "space_fingerprint": space.fingerprint(),
+            "space": space.to_dict(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "models": entries,
+        }
         write_yaml(tmp / MANIFEST, manifest)
         write_text(tmp / "README.md", render_pack_readme(cfg.format, len(entries)))
         if cfg.out.exists():
@@ -175,11 +184,15 @@ def read_timings(path: str | Path, keys: list[str]) -> dict[str, Stats]:
         out[key] = stats
     unknown, missing = [k for k in out if k not in keys], [k for k in keys if k not in out]
     if unknown:
-        raise OFAError(f"{path}: {len(unknown)} key(s) not in the pack's manifest: {', '.join(unknown[:3])}"
-                       f"{' ...' if len(unknown) > 3 else ''}")
+        raise OFAError(
+            f"{path}: {len(unknown)} key(s) not in the pack's manifest: {', '.join(unknown[:3])}"
+            f"{' ...' if len(unknown) > 3 else ''}"
+        )
     if missing:
-        raise OFAError(f"{path}: no timing for {len(missing)} key(s) of the pack: {', '.join(missing[:3])}"
-                       f"{' ...' if len(missing) > 3 else ''}")
+        raise OFAError(
+            f"{path}: no timing for {len(missing)} key(s) of the pack: {', '.join(missing[:3])}"
+            f"{' ...' if len(missing) > 3 else ''}"
+        )
     return out
 
 
@@ -200,17 +213,30 @@ def import_timings(folder: str | Path, timings: Mapping[str, Stats], cfg: Import
     space = SearchSpace.from_dict(manifest["space"], f"{folder}/{MANIFEST}: space")
     models = manifest["models"]
     overhead = float(timings["<empty>"]["mean_ms"])
-    entries = {k: {"mean_ms": round(max(0.0, s["mean_ms"] - overhead), 6), "std_ms": round(float(s["std_ms"]), 6),
-                   "count": int(s["count"])} for k, s in timings.items() if models[k]["kind"] == "layer"}
+    entries = {
+        k: {
+            "mean_ms": round(max(0.0, s["mean_ms"] - overhead), 6),
+            "std_ms": round(float(s["std_ms"]), 6),
+            "count": int(s["count"]),
+        }
+        for k, s in timings.items()
+        if models[k]["kind"] == "layer"
+    }
     meta = _imported_meta(manifest, space, cfg, overhead)
     for r in space.resolutions:
+
         def subnets(kind: str, r: int = r) -> list[tuple[Arch, float]]:
-            return [(Arch.from_dict(m["arch"]), float(timings[k]["mean_ms"])) for k, m in models.items()
-                    if m["kind"] == kind and m.get("resolution") == r]
+            return [
+                (Arch.from_dict(m["arch"]), float(timings[k]["mean_ms"]))
+                for k, m in models.items()
+                if m["kind"] == kind and m.get("resolution") == r
+            ]
+
         calib = subnets("calibration")
         if calib:
             meta["correction"]["per_resolution"][r] = correction_record(
-                space, [a for a, _ in calib], entries, overhead, [ms for _, ms in calib])
+                space, [a for a, _ in calib], entries, overhead, [ms for _, ms in calib]
+            )
         meta["probes"][r] = [{"arch": a.to_dict(), "measured_ms": round(ms, 6)} for a, ms in subnets("probe")]
     save_table(cfg.out, meta, entries)
     return LatencyTable.load(cfg.out)
@@ -223,17 +249,32 @@ def import_timings_file(folder: str | Path, timings_csv: str | Path, cfg: Import
     return import_timings(folder, timings, replace(cfg, timer=f"imported from {Path(timings_csv).name}"))
 
 
-def _imported_meta(manifest: Mapping[str, Any], space: SearchSpace, cfg: ImportConfig,
-                   overhead: float) -> dict[str, Any]:
+def _imported_meta(
+    manifest: Mapping[str, Any], space: SearchSpace, cfg: ImportConfig, overhead: float
+) -> dict[str, Any]:
     protocol = {**Standalone(blocks=cfg.blocks).to_dict(), "timer": cfg.timer}
     return {
-        "device": cfg.device, "backend": manifest["backend"], "runtime": manifest["model_format"],
-        "threads": cfg.threads, "batch": int(manifest["batch"]), "dtype": "float32", "protocol": protocol,
-        "clock": "wall", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": cfg.timer, "seed": manifest["seed"], "space_fingerprint": space.fingerprint(),
-        "space": space.to_dict(), "overhead_ms": round(overhead, 6),
+        "device": cfg.device,
+        "backend": manifest["backend"],
+        "runtime": manifest["model_format"],
+        "threads": cfg.threads,
+        "batch": int(manifest["batch"]),
+        "dtype": "float32",
+        "protocol": protocol,
+        "clock": "wall",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": cfg.timer,
+        "seed": manifest["seed"],
+        "space_fingerprint": space.fingerprint(),
+        "space": space.to_dict(),
+        "overhead_ms": round(overhead, 6),
         "calibration_subnets": manifest["calibration_subnets"],
-        "correction": {"kind": "affine-per-resolution" if manifest["calibration_subnets"] else "none",
-                       "formula": "predicted = scale * (overhead_ms + sum of entries) + offset", "per_resolution": {}},
-        "probes": {}, "resolutions_done": list(space.resolutions), "complete": True,
+        "correction": {
+            "kind": "affine-per-resolution" if manifest["calibration_subnets"] else "none",
+            "formula": "predicted = scale * (overhead_ms + sum of entries) + offset",
+            "per_resolution": {},
+        },
+        "probes": {},
+        "resolutions_done": list(space.resolutions),
+        "complete": True,
     }

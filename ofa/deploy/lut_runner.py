@@ -57,13 +57,17 @@ def build_with_runner(space: SearchSpace, cfg: RunnerBuildConfig) -> LatencyTabl
         pack_models(space, cfg.pack)
     manifest = read_manifest(folder)
     if manifest["space_fingerprint"] != space.fingerprint() or manifest["model_format"] != cfg.pack.format:
-        raise OFAError(f"{folder}: holds a pack of space {manifest['space_fingerprint']} in "
-                       f"{manifest['model_format']}, not of {space.fingerprint()} in {cfg.pack.format}; "
-                       "choose another --pack")
-    models = {key: (folder / m["file"], str(m["file"]), tuple(m["input_shape"]))
-              for key, m in manifest["models"].items()}
-    with tqdm(total=cfg.blocks * len(models), desc=f"time {len(models)} models with the runner",
-              disable=not cfg.pack.progress) as bar:
+        raise OFAError(
+            f"{folder}: holds a pack of space {manifest['space_fingerprint']} in "
+            f"{manifest['model_format']}, not of {space.fingerprint()} in {cfg.pack.format}; "
+            "choose another --pack"
+        )
+    models = {
+        key: (folder / m["file"], str(m["file"]), tuple(m["input_shape"])) for key, m in manifest["models"].items()
+    }
+    with tqdm(
+        total=cfg.blocks * len(models), desc=f"time {len(models)} models with the runner", disable=not cfg.pack.progress
+    ) as bar:
         stats = time_with_command(cfg.runner, models, cfg.blocks, cfg.pack.seed, bar.update)
     write_timings(folder / TIMINGS, stats)
     timer = f"runner: {cfg.runner.command} (regex {cfg.runner.regex})"
@@ -113,17 +117,26 @@ def check_with_runner(table: LatencyTable, cfg: RunnerCheckConfig) -> CheckResul
         models[str(i)] = (path, path.name, shape)
     with tqdm(total=cfg.blocks * len(models), desc="time with the runner", disable=not cfg.progress) as bar:
         stats = time_with_command(cfg.runner, models, cfg.blocks, cfg.seed, bar.update)
-    rows = [{"resolution": a.resolution, "arch": a.to_dict(), "predicted_ms": round(table.predict(a), 4),
-             "measured_ms": round(stats[str(i)]["mean_ms"], 4), "std_ms": round(stats[str(i)]["std_ms"], 4),
-             "error_pct": round((table.predict(a) / stats[str(i)]["mean_ms"] - 1) * 100, 3)}
-            for i, a in enumerate(archs)]
+    rows = [
+        {
+            "resolution": a.resolution,
+            "arch": a.to_dict(),
+            "predicted_ms": round(table.predict(a), 4),
+            "measured_ms": round(stats[str(i)]["mean_ms"], 4),
+            "std_ms": round(stats[str(i)]["std_ms"], 4),
+            "error_pct": round((table.predict(a) / stats[str(i)]["mean_ms"] - 1) * 100, 3),
+        }
+        for i, a in enumerate(archs)
+    ]
 
     def judge(selected: list[dict]) -> dict:
         return summarize_errors([x["predicted_ms"] for x in selected], [x["measured_ms"] for x in selected])
 
-    summary = {**judge(rows), "per_resolution": {r: judge([x for x in rows if x["resolution"] == r])
-                                                 for r in resolutions},
-               "timer": f"runner: {cfg.runner.command} (regex {cfg.runner.regex}), median of {cfg.blocks} runs"}
+    summary = {
+        **judge(rows),
+        "per_resolution": {r: judge([x for x in rows if x["resolution"] == r]) for r in resolutions},
+        "timer": f"runner: {cfg.runner.command} (regex {cfg.runner.regex}), median of {cfg.blocks} runs",
+    }
     return CheckResult(rows, summary)
 
 

@@ -25,8 +25,10 @@ def _pct(value: float | None) -> str:
 def _ms(latency: Latency | None) -> str:
     if latency is None:
         return "not measured"
-    return (f"{latency.mean_ms:.3g} ± {latency.std_ms:.2g} ms (batch {latency.batch}, {latency.threads} thread(s), "
-            f"{latency.samples} timed rounds, {latency.source})")
+    return (
+        f"{latency.mean_ms:.3g} ± {latency.std_ms:.2g} ms (batch {latency.batch}, {latency.threads} thread(s), "
+        f"{latency.samples} timed rounds, {latency.source})"
+    )
 
 
 def render_model_card(result: ExportResult, space: SearchSpace, prep: Preprocessing) -> str:
@@ -47,10 +49,15 @@ def render_model_card(result: ExportResult, space: SearchSpace, prep: Preprocess
 
 def _origin(result: ExportResult) -> str:
     if result.finetuned_sha256 is not None:
-        return ("Extracted from a once-for-all supernet, then fine-tuned as a standalone model (`ofa finetune`; "
-                "BN statistics its own, not recalibrated at export).")
-    bn = (f"BN statistics recalibrated on {result.bn_batches} training batches" if result.bn_batches
-          else "BN statistics kept from the supernet")
+        return (
+            "Extracted from a once-for-all supernet, then fine-tuned as a standalone model (`ofa finetune`; "
+            "BN statistics its own, not recalibrated at export)."
+        )
+    bn = (
+        f"BN statistics recalibrated on {result.bn_batches} training batches"
+        if result.bn_batches
+        else "BN statistics kept from the supernet"
+    )
     return f"Extracted from a once-for-all supernet without retraining ({bn})."
 
 
@@ -71,8 +78,10 @@ def _summary(result: ExportResult, space: SearchSpace) -> list[str]:
     ]
     if result.int8_path is not None:
         agree = result.int8_top1_agreement
-        lines.append(f"| top-1, INT8 ONNX | {_pct(result.top1_int8)}"
-                     f"{f' (same top-1 as fp32 on {100 * agree:.1f}%)' if agree is not None else ''} |")
+        lines.append(
+            f"| top-1, INT8 ONNX | {_pct(result.top1_int8)}"
+            f"{f' (same top-1 as fp32 on {100 * agree:.1f}%)' if agree is not None else ''} |"
+        )
     lines += [
         f"| predicted top-1 (search) | {_pct(result.predicted_top1)} |",
         f"| latency, fp32 (measured) | {_ms(result.latency_fp32)} |",
@@ -105,7 +114,8 @@ def _architecture(result: ExportResult, space: SearchSpace) -> list[str]:
     for i, layer in enumerate(space.layers(arch)):
         lines.append(
             f"| {i} | {layer.kind} | {layer.in_hw}×{layer.in_hw}×{layer.in_c} | {layer.out_c} | {layer.kernel} | "
-            f"{layer.mid or ''} | {layer.stride} | {'yes' if layer.se else ''} | {layer.act} | {_num(layer.macs)} |")
+            f"{layer.mid or ''} | {layer.stride} | {'yes' if layer.se else ''} | {layer.act} | {_num(layer.macs)} |"
+        )
     return [*lines, ""]
 
 
@@ -115,8 +125,10 @@ def _preprocessing(result: ExportResult, prep: Preprocessing) -> list[str]:
     r = result.arch.resolution
     how = f"Resize to {r}×{r}"
     if prep.resize:
-        how = (f"Resize ({prep.resize.get('interpolation', 'bilinear')}) and centre-crop {r}×{r} "
-               f"(crop_pct {prep.resize.get('crop_pct', 1.0)}, as the weights were trained)")
+        how = (
+            f"Resize ({prep.resize.get('interpolation', 'bilinear')}) and centre-crop {r}×{r} "
+            f"(crop_pct {prep.resize.get('crop_pct', 1.0)}, as the weights were trained)"
+        )
     return [
         "## Preprocessing",
         "",
@@ -137,13 +149,17 @@ def _files(result: ExportResult) -> list[str]:
         f"{'dynamic' if result.dynamic_batch else 'fixed'} batch; metadata in `metadata_props` (`ofa.*`).",
     ]
     if result.int8_path is not None:
-        lines.append(f"- `{result.int8_path.name}`: INT8 (QDQ, static post-training quantization calibrated on "
-                     "training images).")
+        lines.append(
+            f"- `{result.int8_path.name}`: INT8 (QDQ, static post-training quantization calibrated on training images)."
+        )
     return [
         *lines,
         f"- `{pt_name}`: the static PyTorch (timm MobileNetV3) model"
-        + (" as safetensors (timm's `state_dict`): `ofa.load_subnet('<this folder>')`."
-           if result.subnet_path.suffix == ".safetensors" else f": `ofa.load_subnet('{pt_name}')`."),
+        + (
+            " as safetensors (timm's `state_dict`): `ofa.load_subnet('<this folder>')`."
+            if result.subnet_path.suffix == ".safetensors"
+            else f": `ofa.load_subnet('{pt_name}')`."
+        ),
         f"- supernet checkpoint sha256: `{result.supernet_sha256 or 'unknown'}`; space fingerprint "
         f"`{result.space_fingerprint}`.",
         *([f"- fine-tuned subnet file sha256: `{result.finetuned_sha256}`."] if result.finetuned_sha256 else []),

@@ -74,8 +74,10 @@ def folder_layout(out: Path) -> tuple[Path, bool]:
     if out.suffix == ".onnx":
         folder, is_folder = out.with_suffix(""), False
     elif out.suffix:
-        raise OFAError(f"{out}: the output must end with .onnx (a model file, with its model folder beside it) "
-                       "or name a folder without a suffix")
+        raise OFAError(
+            f"{out}: the output must end with .onnx (a model file, with its model folder beside it) "
+            "or name a folder without a suffix"
+        )
     else:
         folder, is_folder = out, True
     if folder.exists() and not folder.is_dir():
@@ -88,28 +90,48 @@ def hf_config(content: FolderContent) -> dict[str, Any]:
     result, space, prep = content.result, content.space, content.prep
     r = result.arch.resolution
     pretrained: dict[str, Any] = {
-        "input_size": [space.in_channels, r, r], "fixed_input_size": False, "interpolation": "bilinear",
-        "crop_pct": 1.0, "crop_mode": "center", "num_classes": space.num_classes, "first_conv": "conv_stem",
+        "input_size": [space.in_channels, r, r],
+        "fixed_input_size": False,
+        "interpolation": "bilinear",
+        "crop_pct": 1.0,
+        "crop_mode": "center",
+        "num_classes": space.num_classes,
+        "first_conv": "conv_stem",
         "classifier": "classifier",
     }
     pretrained.update({k: v for k, v in (("mean", prep.mean), ("std", prep.std)) if v is not None})
-    meta = {"mean": prep.mean, "std": prep.std, "class_names": prep.class_names, "dataset": prep.dataset,
-            "supernet_sha256": result.supernet_sha256, "bn_recalibration_batches": result.bn_batches,
-            "top1": result.top1_fp32}
+    meta = {
+        "mean": prep.mean,
+        "std": prep.std,
+        "class_names": prep.class_names,
+        "dataset": prep.dataset,
+        "supernet_sha256": result.supernet_sha256,
+        "bn_recalibration_batches": result.bn_batches,
+        "top1": result.top1_fp32,
+    }
     return {
-        "architecture": ARCHITECTURE, "num_classes": space.num_classes, "num_features": space.feature_channels,
-        "global_pool": "avg", "pretrained_cfg": pretrained, "label_names": prep.class_names,
-        TIMM_KEY: timm_args(space, result.arch), "ofa": subnet_record(space, result.arch, meta),
+        "architecture": ARCHITECTURE,
+        "num_classes": space.num_classes,
+        "num_features": space.feature_channels,
+        "global_pool": "avg",
+        "pretrained_cfg": pretrained,
+        "label_names": prep.class_names,
+        TIMM_KEY: timm_args(space, result.arch),
+        "ofa": subnet_record(space, result.arch, meta),
     }
 
 
 def write_model_folder(content: FolderContent, folder: Path, stage: Callable[[Path], Path]) -> list[Path]:
     """Write every file of the folder through ``stage`` (target path → where to write it now); the targets."""
     result = content.result
-    targets = {name: folder / name for name in (FOLDER_WEIGHTS, FOLDER_CONFIG, FOLDER_CARD, FOLDER_ONNX,
-                                                FOLDER_SUMMARY)}
-    save_safetensors(stage(targets[FOLDER_WEIGHTS]), content.model.state_dict(),
-                     {"format": "ofa-subnet-weights", "arch": result.arch.to_dict()})
+    targets = {
+        name: folder / name for name in (FOLDER_WEIGHTS, FOLDER_CONFIG, FOLDER_CARD, FOLDER_ONNX, FOLDER_SUMMARY)
+    }
+    save_safetensors(
+        stage(targets[FOLDER_WEIGHTS]),
+        content.model.state_dict(),
+        {"format": "ofa-subnet-weights", "arch": result.arch.to_dict()},
+    )
     write_json(stage(targets[FOLDER_CONFIG]), hf_config(content))
     write_text(stage(targets[FOLDER_CARD]), render_hub_card(content))
     onnx.save(content.proto, stage(targets[FOLDER_ONNX]))
@@ -137,10 +159,14 @@ def card_data(content: FolderContent) -> Any:
 
     result, dataset = content.result, content.prep.dataset
     return ModelCardData(
-        library_name="timm", pipeline_tag="image-classification", model_name=f"ofa-{result.arch.short()}",
+        library_name="timm",
+        pipeline_tag="image-classification",
+        model_name=f"ofa-{result.arch.short()}",
         tags=["image-classification", "timm", "once-for-all", "mobilenetv3", "onnx", "safetensors"],
-        datasets=[dataset] if dataset else None, metrics=["accuracy", "latency_ms"],
-        eval_results=_eval_results(result, dataset) if dataset else None)
+        datasets=[dataset] if dataset else None,
+        metrics=["accuracy", "latency_ms"],
+        eval_results=_eval_results(result, dataset) if dataset else None,
+    )
 
 
 def _eval_results(result: ExportResult, dataset: str) -> list[Any] | None:
@@ -148,29 +174,53 @@ def _eval_results(result: ExportResult, dataset: str) -> list[Any] | None:
     from huggingface_hub import EvalResult
 
     def metric(metric_type: str, label: str, value: float, config: str | None = None) -> EvalResult:
-        return EvalResult(task_type="image-classification", dataset_type=dataset, dataset_name=dataset,
-                          dataset_split="test", metric_type=metric_type, metric_name=label,
-                          metric_value=round(float(value), 4), metric_config=config)
+        return EvalResult(
+            task_type="image-classification",
+            dataset_type=dataset,
+            dataset_name=dataset,
+            dataset_split="test",
+            metric_type=metric_type,
+            metric_name=label,
+            metric_value=round(float(value), 4),
+            metric_config=config,
+        )
 
     results = []
-    for precision, top1, lat in (("fp32", result.top1_fp32, result.latency_fp32),
-                                 ("INT8", result.top1_int8, result.latency_int8)):
+    for precision, top1, lat in (
+        ("fp32", result.top1_fp32, result.latency_fp32),
+        ("INT8", result.top1_int8, result.latency_int8),
+    ):
         if top1 is not None:
             results.append(metric("accuracy", f"top-1 ({precision} ONNX)", top1))
         if lat is not None:
-            results.append(metric("latency_ms", f"latency ms, {precision}, batch {lat.batch}, {lat.threads} "
-                                  f"thread(s), {lat.source}", lat.mean_ms, result.table))
+            results.append(
+                metric(
+                    "latency_ms",
+                    f"latency ms, {precision}, batch {lat.batch}, {lat.threads} thread(s), {lat.source}",
+                    lat.mean_ms,
+                    result.table,
+                )
+            )
     if result.predicted_latency_ms is not None:
-        results.append(metric("latency_ms", "latency ms predicted by the latency table", result.predicted_latency_ms,
-                              result.table))
+        results.append(
+            metric("latency_ms", "latency ms predicted by the latency table", result.predicted_latency_ms, result.table)
+        )
     return results or None
 
 
 def _timm_section() -> str:
-    return "\n".join([
-        "## Load with timm alone", "",
-        f"`{ARCHITECTURE}` is not a name in timm's registry: `{FOLDER_CONFIG}` holds timm's arch-definition "
-        f"strings and MobileNetV3 arguments under `{TIMM_KEY}`. In this folder, with `timm` and `safetensors`:",
-        "", "```python", TIMM_SNIPPET.rstrip(), "```", "",
-        "With this project installed: `ofa.load_subnet('<this folder>')`.", "",
-    ])
+    return "\n".join(
+        [
+            "## Load with timm alone",
+            "",
+            f"`{ARCHITECTURE}` is not a name in timm's registry: `{FOLDER_CONFIG}` holds timm's arch-definition "
+            f"strings and MobileNetV3 arguments under `{TIMM_KEY}`. In this folder, with `timm` and `safetensors`:",
+            "",
+            "```python",
+            TIMM_SNIPPET.rstrip(),
+            "```",
+            "",
+            "With this project installed: `ofa.load_subnet('<this folder>')`.",
+            "",
+        ]
+    )

@@ -66,8 +66,12 @@ def read_metadata(path: str | Path) -> dict[str, str]:
 
 def compile_infer(model: Any, threads: int) -> Callable[[np.ndarray], np.ndarray]:
     """``model`` (an ``openvino.Model`` or a .xml file) compiled on CPU: a function from input to first output."""
-    config = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-              "INFERENCE_PRECISION_HINT": "f32"}
+    config = {
+        "INFERENCE_NUM_THREADS": threads,
+        "NUM_STREAMS": 1,
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": "f32",
+    }
     try:
         compiled = _core().compile_model(model if not isinstance(model, Path) else str(model), "CPU", config)
     except Exception as exc:  # a model the CPU plugin cannot compile

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 TOOLS = {
-    "onnx": ("ONNX Runtime's `onnxruntime_perf_test` (built with onnxruntime, or from its release archives)",
-             "onnxruntime_perf_test -e cpu -x 1 -r 200 -I {model}",
-             "Average inference time cost: (?P<ms>[\\d.]+) ms"),
-    "openvino": ("OpenVINO's `benchmark_app` (`pip install openvino` ships it; C++ build in the OpenVINO archives)",
-                 "benchmark_app -m {model} -d CPU -hint none -nstreams 1 -nthreads 1 -api sync -niter 200",
-                 "Median:\\s+(?P<value>[\\d.]+) (?P<unit>ms|us)"),
-    "executorch": ("ExecuTorch's `executor_runner` built with XNNPACK (`examples/portable/executor_runner`, "
-                   "`-DEXECUTORCH_BUILD_XNNPACK=ON`), or its `benchmark` app on Android",
-                   "executor_runner --model_path {model} --num_executions 200",
-                   "executed successfully (?P<calls>\\d+) time\\(s\\) in (?P<ms>[\\d.]+) ms"),
+    "onnx": (
+        "ONNX Runtime's `onnxruntime_perf_test` (built with onnxruntime, or from its release archives)",
+        "onnxruntime_perf_test -e cpu -x 1 -r 200 -I {model}",
+        "Average inference time cost: (?P<ms>[\\d.]+) ms",
+    ),
+    "openvino": (
+        "OpenVINO's `benchmark_app` (`pip install openvino` ships it; C++ build in the OpenVINO archives)",
+        "benchmark_app -m {model} -d CPU -hint none -nstreams 1 -nthreads 1 -api sync -niter 200",
+        "Median:\\s+(?P<value>[\\d.]+) (?P<unit>ms|us)",
+    ),
+    "executorch": (
+        "ExecuTorch's `executor_runner` built with XNNPACK (`examples/portable/executor_runner`, "
+        "`-DEXECUTORCH_BUILD_XNNPACK=ON`), or its `benchmark` app on Android",
+        "executor_runner --model_path {model} --num_executions 200",
+        "executed successfully (?P<calls>\\d+) time\\(s\\) in (?P<ms>[\\d.]+) ms",
+    ),
 }
 
 

@@ -25,8 +25,9 @@ class HubClient(Protocol):
 
     def create_repo(self, repo_id: str, *, private: bool, exist_ok: bool, repo_type: str) -> Any: ...
 
-    def upload_folder(self, *, repo_id: str, folder_path: str, commit_message: str, revision: str | None,
-                      repo_type: str) -> Any: ...
+    def upload_folder(
+        self, *, repo_id: str, folder_path: str, commit_message: str, revision: str | None, repo_type: str
+    ) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,13 @@ def push_folder(cfg: PushConfig, client: HubClient | None = None) -> PushResult:
     client = client if client is not None else _hub_client(cfg.endpoint)
     try:
         repo = client.create_repo(cfg.repo_id, private=cfg.private, exist_ok=True, repo_type="model")
-        commit = client.upload_folder(repo_id=cfg.repo_id, folder_path=str(cfg.folder), commit_message=cfg.message,
-                                      revision=cfg.revision, repo_type="model")
+        commit = client.upload_folder(
+            repo_id=cfg.repo_id,
+            folder_path=str(cfg.folder),
+            commit_message=cfg.message,
+            revision=cfg.revision,
+            repo_type="model",
+        )
     except Exception as exc:  # huggingface_hub raises its own HTTP errors and the HTTP client's transport errors
         raise OFAError(_explain(exc, cfg)) from None
     return PushResult(cfg.repo_id, str(getattr(repo, "url", repo)), getattr(commit, "oid", None))

@@ -49,8 +49,9 @@ class _BatchReader(CalibrationDataReader):
         self.position = 0
 
 
-def quantize_int8(model: onnx.ModelProto, calibration: Sequence[np.ndarray], *,
-                  per_channel: bool = True, progress: bool = False) -> onnx.ModelProto:
+def quantize_int8(
+    model: onnx.ModelProto, calibration: Sequence[np.ndarray], *, per_channel: bool = True, progress: bool = False
+) -> onnx.ModelProto:
     """Return the INT8 (QDQ) version of ``model`` calibrated on ``calibration`` batches.
 
     Each batch must match the model's input shape (a static batch dimension included). The
@@ -64,16 +65,23 @@ def quantize_int8(model: onnx.ModelProto, calibration: Sequence[np.ndarray], *,
     quiet = logging.getLogger().level
     logging.getLogger().setLevel(logging.ERROR)
     try:
-        with tempfile.TemporaryDirectory(prefix="ofa-int8-") as tmp, \
-                tqdm(total=len(calibration), desc="INT8 calibration", unit="batch", disable=not progress,
-                     leave=False) as bar:
+        with (
+            tempfile.TemporaryDirectory(prefix="ofa-int8-") as tmp,
+            tqdm(
+                total=len(calibration), desc="INT8 calibration", unit="batch", disable=not progress, leave=False
+            ) as bar,
+        ):
             fp32, prepared, int8 = (Path(tmp) / name for name in ("fp32.onnx", "prepared.onnx", "int8.onnx"))
             onnx.save(model, fp32)
             quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
             quantize_static(
-                str(prepared), str(int8), _BatchReader(input_name, calibration, bar),
-                quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                str(prepared),
+                str(int8),
+                _BatchReader(input_name, calibration, bar),
+                quant_format=QuantFormat.QDQ,
+                per_channel=per_channel,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
                 calibrate_method=CalibrationMethod.MinMax,
             )
             quantized = onnx.load(int8)

@@ -30,6 +30,7 @@ class Preprocessing:
     @classmethod
     def of(cls, net_meta: dict[str, Any], data: Any, num_classes: int) -> Preprocessing:
         """From the training data when given, else from the supernet file's meta; classes default to 0..n-1."""
+
         def pick(name: str) -> Any:
             return getattr(data, name, None) if data is not None else net_meta.get(name)
 
@@ -40,8 +41,13 @@ class Preprocessing:
         recorded = net_meta.get("data") if isinstance(net_meta.get("data"), dict) else {}
         dataset = recorded.get("name") or getattr(data, "name", None)
         resize = {k: net_meta[k] for k in ("interpolation", "crop_pct") if k in net_meta} or None
-        return cls(floats(pick("mean")), floats(pick("std")), [str(n) for n in names],
-                   str(dataset) if dataset else None, resize)
+        return cls(
+            floats(pick("mean")),
+            floats(pick("std")),
+            [str(n) for n in names],
+            str(dataset) if dataset else None,
+            resize,
+        )
 
 
 @dataclass(frozen=True)

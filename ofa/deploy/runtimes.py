@@ -91,8 +91,9 @@ class Runner(ABC):
         """
 
 
-def _timed_calls(call: Callable[[], object], calls: int,
-                 cpu_clock: Callable[[], int] = time.thread_time_ns) -> tuple[np.ndarray, np.ndarray]:
+def _timed_calls(
+    call: Callable[[], object], calls: int, cpu_clock: Callable[[], int] = time.thread_time_ns
+) -> tuple[np.ndarray, np.ndarray]:
     """Wall and CPU nanoseconds of each call (this thread's, or ``cpu_clock``'s); the wall reading sits tight
     around the call."""
     wall, cpu = np.empty(calls), np.empty(calls)
@@ -113,8 +114,9 @@ class OrtRunner(Runner):
     so tables predict the latency a user measures, not a lower bound of it.
     """
 
-    def __init__(self, model: str | Path | bytes, input_shape: Sequence[int], threads: int = 1,
-                 device: str = "cpu") -> None:
+    def __init__(
+        self, model: str | Path | bytes, input_shape: Sequence[int], threads: int = 1, device: str = "cpu"
+    ) -> None:
         self.session = open_session(model, session_options(threads), device)
         inputs = self.session.get_inputs()
         if len(inputs) != 1:
@@ -125,8 +127,9 @@ class OrtRunner(Runner):
         try:
             self.session.run(None, self.feed)
         except Exception as exc:  # e.g. an input shape the model does not take
-            raise OFAError(f"model does not run on input of shape {list(input_shape)}: "
-                           f"{str(exc).splitlines()[0]}") from None
+            raise OFAError(
+                f"model does not run on input of shape {list(input_shape)}: {str(exc).splitlines()[0]}"
+            ) from None
 
     def times(self, calls: int) -> tuple[np.ndarray, np.ndarray]:
         run, feed = self.session.run, self.feed
@@ -150,8 +153,9 @@ class TorchRunner(Runner):
         """CUDA: event times, reported as both clocks (the host thread's CPU time says nothing there)."""
         with torch.inference_mode():
             if self.device == "cuda":
-                events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                          for _ in range(calls)]
+                events = [
+                    (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)
+                ]
                 for start, end in events:
                     start.record()
                     self.module(self.x)
@@ -169,8 +173,13 @@ class CallRunner(Runner):
     CPU time: the calling thread only waits, so its own CPU time would make every call look preempted.
     """
 
-    def __init__(self, infer: Callable[[np.ndarray], np.ndarray], input_shape: Sequence[int], threads: int,
-                 worker_threads: bool = False) -> None:
+    def __init__(
+        self,
+        infer: Callable[[np.ndarray], np.ndarray],
+        input_shape: Sequence[int],
+        threads: int,
+        worker_threads: bool = False,
+    ) -> None:
         x = np.random.default_rng(0).standard_normal(tuple(input_shape)).astype(np.float32)
         self.threads = threads
         self.call = lambda: infer(x)
@@ -192,8 +201,9 @@ def session_options(threads: int) -> ort.SessionOptions:
     return opts
 
 
-def make_runner(backend: str, module: nn.Module | None, shape: Sequence[int], threads: int,
-                onnx_model: bytes | Path | None = None) -> Runner:
+def make_runner(
+    backend: str, module: nn.Module | None, shape: Sequence[int], threads: int, onnx_model: bytes | Path | None = None
+) -> Runner:
     """A runner for ``module`` on ``backend``; ONNX backends (and OpenVINO, which reads ONNX) export it unless
     ``onnx_model`` is given; ExecuTorch converts the module."""
     device = backend_device(backend)
@@ -230,7 +240,7 @@ class OrtModel:
         step = self.batch or chunk
         outputs = []
         for start in range(0, len(x), step):
-            part = np.ascontiguousarray(x[start:start + step], dtype=np.float32)
+            part = np.ascontiguousarray(x[start : start + step], dtype=np.float32)
             n = len(part)
             if self.batch and n < self.batch:  # a static batch: pad the tail, drop the padding's outputs
                 part = np.concatenate([part, np.repeat(part[-1:], self.batch - n, axis=0)])

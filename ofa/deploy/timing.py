@@ -44,8 +44,10 @@ from search.latency import LatencyTable
 Stats = dict[str, float | int]  # {mean_ms: the protocol's figure, std_ms, count, spread_pct}
 CLOCK_NAMES = {"wall": "wall", "thread": "thread-cpu-time"}
 DEFAULT_MAX_NOISE_PCT = 5.0
-NOISE_CRITERION = ("interquartile range of a whole subnet's repeated figures (block medians), % of their median, "
-                   "worst of the probe and calibration subnets; 100 where one kept fewer than half its blocks")
+NOISE_CRITERION = (
+    "interquartile range of a whole subnet's repeated figures (block medians), % of their median, "
+    "worst of the probe and calibration subnets; 100 where one kept fewer than half its blocks"
+)
 PREEMPTED_SHARE, PREEMPTED_MIN_MS = 0.05, 0.02  # wall - CPU time above max(5% of the call, 20 us): preempted
 MIN_CLEAN = 0.25  # share of a block's calls that must run unpreempted for the block to count
 RETRY_PASSES = 5  # extra passes over the models with blocks that did not count
@@ -58,8 +60,9 @@ def _check_fields(protocol: Any, least: Mapping[str, int], clocks: Sequence[str]
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise OFAError(f"protocol.{name}: expected an integer >= {low}, got {value!r}")
     if protocol.clock not in clocks:
-        raise OFAError(f"protocol.clock: {protocol.clock!r} is not one of {list(clocks)} for the {protocol.kind} "
-                       f"protocol")
+        raise OFAError(
+            f"protocol.clock: {protocol.clock!r} is not one of {list(clocks)} for the {protocol.kind} protocol"
+        )
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,12 @@ class Standalone:
         return CLOCK_NAMES[self.clock]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self), "figure": "median over blocks of the median call",
-                "preempted_calls": "left out" if self.clock == "wall" else "kept"}
+        return {
+            "kind": self.kind,
+            **asdict(self),
+            "figure": "median over blocks of the median call",
+            "preempted_calls": "left out" if self.clock == "wall" else "kept",
+        }
 
     def measure(self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None = None) -> dict[str, Stats]:
         """Time every runner in ``blocks`` shuffled blocks; progress advances once per block."""
@@ -186,18 +193,25 @@ def protocol_from_dict(d: Any, source: str = "protocol") -> Protocol:
         raise OFAError(f"{source}: {exc}") from None
 
 
-def with_overrides(protocol: Protocol, repeats: int | None = None, warmup: int | None = None,
-                   calls: int | None = None, clock: str | None = None) -> Protocol:
+def with_overrides(
+    protocol: Protocol,
+    repeats: int | None = None,
+    warmup: int | None = None,
+    calls: int | None = None,
+    clock: str | None = None,
+) -> Protocol:
     """``protocol`` with what a command line asks for (None: keep): repeats are blocks or rounds."""
-    changes: dict[str, Any] = {k: v for k, v in (("warmup", warmup), ("calls", calls), ("clock", clock))
-                               if v is not None}
+    changes: dict[str, Any] = {
+        k: v for k, v in (("warmup", warmup), ("calls", calls), ("clock", clock)) if v is not None
+    }
     if repeats is not None:
         changes["blocks" if isinstance(protocol, Standalone) else "rounds"] = repeats
     return replace(protocol, **changes)
 
 
-def time_models(runners: Mapping[str, Runner], protocol: Protocol,
-                progress: Callable[[int], None] | None = None) -> dict[str, Stats]:
+def time_models(
+    runners: Mapping[str, Runner], protocol: Protocol, progress: Callable[[int], None] | None = None
+) -> dict[str, Stats]:
     """Every runner timed with ``protocol``: name -> stats; progress advances per block or round."""
     return protocol.measure(runners, progress)
 
@@ -233,8 +247,12 @@ def repeat_stats(figures_ms: Sequence[float]) -> Stats:
     x = np.asarray(figures_ms, dtype=np.float64)
     mid = float(np.median(x))
     q1, q3 = np.percentile(x, [25, 75])
-    return {"mean_ms": mid, "std_ms": float(x.std()), "count": len(x),
-            "spread_pct": float(100 * (q3 - q1) / mid) if mid > 0 else 0.0}
+    return {
+        "mean_ms": mid,
+        "std_ms": float(x.std()),
+        "count": len(x),
+        "spread_pct": float(100 * (q3 - q1) / mid) if mid > 0 else 0.0,
+    }
 
 
 def noise_pct(stats: Mapping[str, Stats], names: Sequence[str]) -> float:
@@ -265,7 +283,7 @@ def trimmed_stats(samples_ms: Sequence[float], trim: float) -> Stats:
     """Mean and std after dropping the fastest and slowest ``trim`` share of the samples."""
     x = np.sort(np.asarray(samples_ms, dtype=np.float64))
     cut = int(len(x) * trim)
-    kept = x[cut:len(x) - cut] if len(x) - 2 * cut > 0 else x
+    kept = x[cut : len(x) - cut] if len(x) - 2 * cut > 0 else x
     return {"mean_ms": float(kept.mean()), "std_ms": float(kept.std()), "count": len(kept)}
 
 
@@ -294,8 +312,11 @@ def measure_onnx(path: str | Path, input_shape: Sequence[int], cfg: TimingConfig
     return measure_onnx_many({"model": (path, input_shape)}, cfg)["model"]
 
 
-def measure_onnx_many(models: Mapping[str, tuple[str | Path | bytes, Sequence[int]]], cfg: TimingConfig | None = None,
-                      progress: Callable[[int], None] | None = None) -> dict[str, Stats]:
+def measure_onnx_many(
+    models: Mapping[str, tuple[str | Path | bytes, Sequence[int]]],
+    cfg: TimingConfig | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Stats]:
     """Time several ONNX models with one protocol (standalone: each on its own, blocks shuffled)."""
     cfg = cfg or TimingConfig()
     for name, (model, _) in models.items():
@@ -318,8 +339,12 @@ class Latency:
     source: str  # which protocol, clock and backend
 
 
-def measure_latencies(models: Mapping[str, onnx.ModelProto], torch_model: nn.Module, shape: tuple[int, ...],
-                      table: LatencyTable | None = None) -> dict[str, Latency]:
+def measure_latencies(
+    models: Mapping[str, onnx.ModelProto],
+    torch_model: nn.Module,
+    shape: tuple[int, ...],
+    table: LatencyTable | None = None,
+) -> dict[str, Latency]:
     """Time the exported models as a user would: each on its own, warm, on the wall clock.
 
     The table gives backend, threads and batch, and its settings where it was built standalone (an
@@ -347,5 +372,7 @@ def measure_latencies(models: Mapping[str, onnx.ModelProto], torch_model: nn.Mod
         runners["fp32"] = make_runner(backend, torch_model, shape, threads)
         sources["fp32"] = source(backend)
     stats = time_models(runners, protocol)
-    return {name: Latency(float(s["mean_ms"]), float(s["std_ms"]), shape[0], threads, int(s["count"]), sources[name])
-            for name, s in stats.items()}
+    return {
+        name: Latency(float(s["mean_ms"]), float(s["std_ms"]), shape[0], threads, int(s["count"]), sources[name])
+        for name, s in stats.items()
+    }

@@ -40,15 +40,16 @@ class Parity:
         return self.max_abs_diff <= PARITY_ATOL and self.top1_agreement == 1.0
 
 
-def resized_batches(loader: Iterable, resolution: int,
-                    limit: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def resized_batches(
+    loader: Iterable, resolution: int, limit: int | None = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(images at ``resolution``, labels) batches, stopping after ``limit`` images."""
     seen = 0
     for x, y in loader:
         if limit is not None and seen >= limit:
             return
         if limit is not None:
-            x, y = x[:limit - seen], y[:limit - seen]
+            x, y = x[: limit - seen], y[: limit - seen]
         seen += len(x)
         yield resize(x.float(), resolution), y
 
@@ -63,8 +64,9 @@ def eval_split(data: Any) -> Dataset | None:
 
 
 @torch.no_grad()
-def check_parity(model: nn.Module, runner: Inference, real: torch.Tensor, random: torch.Tensor,
-                 progress: bool = False) -> Parity:
+def check_parity(
+    model: nn.Module, runner: Inference, real: torch.Tensor, random: torch.Tensor, progress: bool = False
+) -> Parity:
     """Same inputs through PyTorch and the exported model on its runtime: max |logit diff|, top-1 agreement.
 
     A dynamic-batch model is run as one batch, in batches of 3 and one input at a time, so the
@@ -82,8 +84,9 @@ def check_parity(model: nn.Module, runner: Inference, real: torch.Tensor, random
     return Parity(diff, agree, len(real), len(random), tuple(sorted(sizes)))
 
 
-def onnx_accuracy(runner: Inference, loader: Iterable, resolution: int, progress: bool = False,
-                  desc: str = "accuracy") -> tuple[float, np.ndarray]:
+def onnx_accuracy(
+    runner: Inference, loader: Iterable, resolution: int, progress: bool = False, desc: str = "accuracy"
+) -> tuple[float, np.ndarray]:
     """Top-1 (percent) of an ONNX model over a labelled loader, and its predictions."""
     correct, total, preds = 0, 0, []
     for x, y in tqdm(resized_batches(loader, resolution), desc=desc, disable=not progress, leave=False):

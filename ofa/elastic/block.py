@@ -22,8 +22,16 @@ class ElasticMBConv(nn.Module):
     static block's state dict.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, stride: int, kernels: Sequence[int],
-                 expands: Sequence[int], se: bool, act: str) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        stride: int,
+        kernels: Sequence[int],
+        expands: Sequence[int],
+        se: bool,
+        act: str,
+    ) -> None:
         super().__init__()
         self.in_channels, self.out_channels, self.stride = in_channels, out_channels, stride
         self.expands = tuple(expands)

@@ -43,10 +43,12 @@ class ElasticDepthwiseConv2d(nn.Module):
         big = self.kernels[0]
         self.weight = nn.Parameter(torch.empty(channels, 1, big, big))
         nn.init.kaiming_normal_(self.weight, mode="fan_out")
-        self.transforms = nn.ParameterDict({
-            f"{big}to{small}": nn.Parameter(torch.eye(small * small))
-            for big, small in zip(self.kernels, self.kernels[1:])
-        })
+        self.transforms = nn.ParameterDict(
+            {
+                f"{big}to{small}": nn.Parameter(torch.eye(small * small))
+                for big, small in zip(self.kernels, self.kernels[1:])
+            }
+        )
         # Constants of the folded transform chain (buffers so they follow the module's device).
         self.register_buffer("identity", torch.eye(big * big), persistent=False)
         for size, small in zip(self.kernels, self.kernels[1:]):
@@ -83,7 +85,7 @@ class ElasticDepthwiseConv2d(nn.Module):
 def _centre_index(size: int, small: int) -> torch.Tensor:
     """Flat positions of the centre small×small window in a size×size kernel, row-major."""
     start = (size - small) // 2
-    return torch.arange(size * size).view(size, size)[start:start + small, start:start + small].reshape(-1)
+    return torch.arange(size * size).view(size, size)[start : start + small, start : start + small].reshape(-1)
 
 
 class ElasticBatchNorm2d(nn.BatchNorm2d):
@@ -96,8 +98,16 @@ class ElasticBatchNorm2d(nn.BatchNorm2d):
             self.num_batches_tracked.add_(1)
             if factor is None:  # cumulative average, as used by BN recalibration
                 factor = 1.0 / float(self.num_batches_tracked)
-        return F.batch_norm(x, self.running_mean[:c], self.running_var[:c], self.weight[:c], self.bias[:c],
-                            self.training, factor or 0.0, self.eps)
+        return F.batch_norm(
+            x,
+            self.running_mean[:c],
+            self.running_var[:c],
+            self.weight[:c],
+            self.bias[:c],
+            self.training,
+            factor or 0.0,
+            self.eps,
+        )
 
 
 class ElasticSqueezeExcite(nn.Module):

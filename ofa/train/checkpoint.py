@@ -33,7 +33,7 @@ class CheckpointStore:
 
     def save(self, state: dict[str, Any]) -> Path:
         path = save_torch(self.folder / f"step-{state['global_step']:09d}.pt", {"format": CHECKPOINT_FORMAT, **state})
-        for old in self.paths()[:-self.keep]:
+        for old in self.paths()[: -self.keep]:
             old.unlink(missing_ok=True)
         return path
 
@@ -51,8 +51,11 @@ class CheckpointStore:
         try:
             return load_checkpoint(paths[-1])
         except OFAError as exc:
-            hint = (f"; the previous checkpoint {paths[-2]} is intact: delete the damaged file and resume again"
-                    if len(paths) > 1 else "")
+            hint = (
+                f"; the previous checkpoint {paths[-2]} is intact: delete the damaged file and resume again"
+                if len(paths) > 1
+                else ""
+            )
             raise OFAError(f"{exc}{hint}") from None
 
 

@@ -60,8 +60,9 @@ def fit_tradeoff(steps: Sequence[float], examples: Sequence[float]) -> TradeoffF
     """
     s, e = np.asarray(steps, dtype=float), np.asarray(examples, dtype=float)
     if s.shape != e.shape or s.ndim != 1 or len(s) < 3:
-        raise OFAError(f"trade-off fit: need 3 or more (steps, examples) pairs of equal length, got {len(s)} and "
-                       f"{len(e)}")
+        raise OFAError(
+            f"trade-off fit: need 3 or more (steps, examples) pairs of equal length, got {len(s)} and {len(e)}"
+        )
     if not (np.all(np.isfinite(s)) and np.all(np.isfinite(e)) and np.all(s > 0) and np.all(e > 0)):
         raise OFAError("trade-off fit: steps and examples must be finite and positive")
     batch = e / s
@@ -76,5 +77,4 @@ def fit_tradeoff(steps: Sequence[float], examples: Sequence[float]) -> TradeoffF
         params, cov = curve_fit(_log_steps, batch, np.log(s), p0=start, maxfev=10_000)
     s_min, e_min = float(np.exp(params[0])), float(np.exp(params[1]))
     var = float(cov[0, 0] + cov[1, 1] - 2.0 * cov[0, 1]) if np.all(np.isfinite(cov)) else math.inf
-    return TradeoffFit(s_min=s_min, e_min=e_min, b_crit=e_min / s_min, log_sd=math.sqrt(max(var, 0.0)),
-                       points=len(s))
+    return TradeoffFit(s_min=s_min, e_min=e_min, b_crit=e_min / s_min, log_sd=math.sqrt(max(var, 0.0)), points=len(s))

@@ -102,7 +102,7 @@ def average_gradients(params: list[nn.Parameter], env: DistEnv) -> None:
     flat /= env.world_size
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
 
 

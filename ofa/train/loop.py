@@ -56,8 +56,9 @@ def train(recipe: Recipe, out_dir: str | Path, resume: bool = False) -> Path:
         return Trainer(recipe, out, env).run(resume)
 
 
-def train_file(recipe_path: str | Path, out_dir: str | Path | None = None, *, resume: bool = False,
-               overrides: Sequence[str] = ()) -> Path:
+def train_file(
+    recipe_path: str | Path, out_dir: str | Path | None = None, *, resume: bool = False, overrides: Sequence[str] = ()
+) -> Path:
     """`train` from a recipe file with ``--set`` overrides; the run folder defaults to ``runs/RECIPE_NAME``."""
     recipe = load_recipe(recipe_path, overrides)
     return train(recipe, Path(out_dir) if out_dir else Path("runs") / Path(recipe_path).stem, resume=resume)
@@ -106,8 +107,10 @@ class Trainer:
 
         self.data = build_data(recipe.data)
         space = recipe.space
-        for key, have, want in (("num_classes", space.num_classes, self.data.num_classes),
-                                ("in_channels", space.in_channels, self.data.in_channels)):
+        for key, have, want in (
+            ("num_classes", space.num_classes, self.data.num_classes),
+            ("in_channels", space.in_channels, self.data.in_channels),
+        ):
             if have != want:
                 raise OFAError(f"{recipe.source}: space.{key}: {have}, but the {recipe.data.name} data has {want}")
         self.net = self._initial_net().to(self.device)
@@ -120,8 +123,10 @@ class Trainer:
         self.steps_per_epoch = len(self.train_loader)
         self.global_batch = recipe.data.batch_size * env.world_size
         if self.steps_per_epoch == 0:
-            raise OFAError(f"{recipe.source}: data.batch_size: a global batch of {self.global_batch} is larger than "
-                           f"the {len(self.data.train)} training images")
+            raise OFAError(
+                f"{recipe.source}: data.batch_size: a global batch of {self.global_batch} is larger than "
+                f"the {len(self.data.train)} training images"
+            )
         ref = recipe.optimizer.lr_reference_batch
         self.lr_scale = self.global_batch / ref if ref else 1.0
         self.micro_batches = recipe.schedule.micro_batches
@@ -129,8 +134,12 @@ class Trainer:
         self.inplace = recipe.distill.teacher == "inplace"
 
         self.meta = {
-            "recipe": recipe.to_dict(), "data": recipe.data.to_dict(), **self.data.meta(), "seed": recipe.seed,
-            "space_fingerprint": space.fingerprint(), "recipe_source": recipe.source,
+            "recipe": recipe.to_dict(),
+            "data": recipe.data.to_dict(),
+            **self.data.meta(),
+            "seed": recipe.seed,
+            "space_fingerprint": space.fingerprint(),
+            "recipe_source": recipe.source,
         }
         self.teacher: OFAMobileNetV3 | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -157,12 +166,14 @@ class Trainer:
 
     def _make_loaders(self) -> None:
         d, env, seed = self.recipe.data, self.env, self.recipe.seed
-        shard = LoaderOptions(rank=env.rank, world_size=env.world_size, num_workers=d.num_workers,
-                              pin_memory=self.device.type == "cuda")
+        shard = LoaderOptions(
+            rank=env.rank, world_size=env.world_size, num_workers=d.num_workers, pin_memory=self.device.type == "cuda"
+        )
         # Calibration always uses the augmentation of epoch 0, so its workers (and evaluation's) can persist.
         kept = dataclasses.replace(shard, persistent_workers=True)
-        self.train_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=seed, drop_last=True,
-                                        options=shard)
+        self.train_loader = make_loader(
+            self.data.train, d.batch_size, shuffle=True, seed=seed, drop_last=True, options=shard
+        )
         self.calib_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=seed + 1, options=kept)
         self.val_loader = make_loader(self.data.val, d.eval_batch_size, shuffle=False, seed=0, options=kept)
         self.test_loader = make_loader(self.data.test, d.eval_batch_size, shuffle=False, seed=0, options=kept)
@@ -171,8 +182,9 @@ class Trainer:
     def run(self, resume: bool) -> Path:
         self._open_run_dir(resume)
         if self.env.is_main:
-            self.metrics.tracker = open_tracker(self.recipe.logging, self.out, self.recipe.to_dict(), self.global_step,
-                                                self.log)
+            self.metrics.tracker = open_tracker(
+                self.recipe.logging, self.out, self.recipe.to_dict(), self.global_step, self.log
+            )
         try:
             phases = self.recipe.phases
             for p in range(self.phase, len(phases)):
@@ -191,8 +203,11 @@ class Trainer:
             if self.env.is_main:
                 self.store.remove_partial_writes()
             state = self.store.load_latest()
-            self.log(f"resuming from {self.store.paths()[-1]}" if state
-                     else f"no checkpoint in {self.store.folder}: starting from scratch")
+            self.log(
+                f"resuming from {self.store.paths()[-1]}"
+                if state
+                else f"no checkpoint in {self.store.folder}: starting from scratch"
+            )
         if state is not None:
             for line in check_resume(state, self.recipe, self.env.world_size, self.store.paths()[-1]):
                 self.log(line)
@@ -215,11 +230,13 @@ class Trainer:
             self.net.reorganize_channels(frozen_expands=trained)
         self.optimizer = build_optimizer(self.net, self.recipe.optimizer, phase.lr * self.lr_scale)
         self.noise.reset()
-        self.log(f"phase {p + 1}/{len(self.recipe.phases)} {phase.name!r}: kernels {list(phase.kernels)}, "
-                 f"expands {list(phase.expands)}, depths {list(phase.depths)}, resolutions "
-                 f"{list(phase.resolutions)}, {phase.subnets_per_step} subnet(s)/step, {phase.total_epochs} epochs, "
-                 f"lr {phase.lr * self.lr_scale:g}"
-                 + (f", teacher: {'init supernet' if tp == -1 else 'full network'}" if self.teacher else ""))
+        self.log(
+            f"phase {p + 1}/{len(self.recipe.phases)} {phase.name!r}: kernels {list(phase.kernels)}, "
+            f"expands {list(phase.expands)}, depths {list(phase.depths)}, resolutions "
+            f"{list(phase.resolutions)}, {phase.subnets_per_step} subnet(s)/step, {phase.total_epochs} epochs, "
+            f"lr {phase.lr * self.lr_scale:g}"
+            + (f", teacher: {'init supernet' if tp == -1 else 'full network'}" if self.teacher else "")
+        )
 
     # ------------------------------------------------------------------ training
     def _train_epoch(self, p: int, epoch: int) -> None:
@@ -227,8 +244,15 @@ class Trainer:
         self.net.train()
         set_loader_epoch(self.train_loader, self.global_epoch(p, epoch), start_batch=self.step)
         every = self.recipe.checkpoint.every_steps
-        with tqdm(total=self.steps_per_epoch, initial=self.step, desc=f"{phase.name} {epoch + 1}/{phase.total_epochs}",
-                  unit="step", leave=False, disable=None if self.env.is_main else True, dynamic_ncols=True) as bar:
+        with tqdm(
+            total=self.steps_per_epoch,
+            initial=self.step,
+            desc=f"{phase.name} {epoch + 1}/{phase.total_epochs}",
+            unit="step",
+            leave=False,
+            disable=None if self.env.is_main else True,
+            dynamic_ncols=True,
+        ) as bar:
             for x, y in self.train_loader:
                 loss = self.train_step(p, epoch, self.step, x, y)
                 self.step += 1
@@ -246,29 +270,39 @@ class Trainer:
         r, phase = self.recipe, self.recipe.phases[p]
         archs = step_subnets(r.space, phase, self.inplace, r.seed, p, epoch, step)
         torch.manual_seed(step_seed(r.seed, p, epoch, step, self.env.rank))
-        self.last_lr = lr_at(epoch * self.steps_per_epoch + step, self.steps_per_epoch, phase, r.schedule,
-                             self.lr_scale)
+        self.last_lr = lr_at(
+            epoch * self.steps_per_epoch + step, self.steps_per_epoch, phase, r.schedule, self.lr_scale
+        )
         set_lr(self.optimizer, self.last_lr)
         self.optimizer.zero_grad(set_to_none=True)
         loss, norms = self.accumulate_gradients(archs, x, y, self.micro_batches, self.measure_noise)
-        stats = all_reduce_sum(torch.tensor([loss, norms.mean_sq if norms else 0.0], dtype=torch.float64,
-                                            device=self.device), self.env) / self.env.world_size
+        stats = (
+            all_reduce_sum(
+                torch.tensor([loss, norms.mean_sq if norms else 0.0], dtype=torch.float64, device=self.device), self.env
+            )
+            / self.env.world_size
+        )
         loss = float(stats[0])
         if not math.isfinite(loss):
-            raise OFAError(f"loss became {loss} in phase {phase.name!r}, epoch {epoch + 1}, step {step + 1}: stopped; "
-                           f"{self._last_good()}. Lower phases[{p}].lr or set optimizer.grad_clip")
+            raise OFAError(
+                f"loss became {loss} in phase {phase.name!r}, epoch {epoch + 1}, step {step + 1}: stopped; "
+                f"{self._last_good()}. Lower phases[{p}].lr or set optimizer.grad_clip"
+            )
         average_gradients(self.params, self.env)
         self.scaler.unscale_(self.optimizer)  # no-op unless fp16 loss scaling is on
         # The norm before clipping (nothing is clipped without optimizer.grad_clip).
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, r.optimizer.grad_clip or math.inf))
         if not math.isfinite(grad_norm) and not self.scaler.is_enabled():  # fp16 overflow: the scaler skips it
-            raise OFAError(f"gradients became {grad_norm} in phase {phase.name!r}, epoch {epoch + 1}, step {step + 1}:"
-                           f" stopped before applying them; {self._last_good()}. Lower phases[{p}].lr or set "
-                           "optimizer.grad_clip")
+            raise OFAError(
+                f"gradients became {grad_norm} in phase {phase.name!r}, epoch {epoch + 1}, step {step + 1}:"
+                f" stopped before applying them; {self._last_good()}. Lower phases[{p}].lr or set "
+                "optimizer.grad_clip"
+            )
         if norms is not None and math.isfinite(grad_norm) and math.isfinite(float(stats[1])):
             b_small = x.shape[0] // self.micro_batches
-            self.noise.update(float(stats[1]), grad_norm**2, b_small,
-                              b_small * self.micro_batches * self.env.world_size)
+            self.noise.update(
+                float(stats[1]), grad_norm**2, b_small, b_small * self.micro_batches * self.env.world_size
+            )
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss
@@ -277,8 +311,9 @@ class Trainer:
         paths = self.store.paths() if self.out is not None else []
         return f"last good checkpoint: {paths[-1] if paths else 'none yet'}"
 
-    def accumulate_gradients(self, archs: list[Arch], x: torch.Tensor, y: torch.Tensor, micro_batches: int,
-                             measure_noise: bool) -> tuple[float, MicroBatchGradNorms | None]:
+    def accumulate_gradients(
+        self, archs: list[Arch], x: torch.Tensor, y: torch.Tensor, micro_batches: int, measure_noise: bool
+    ) -> tuple[float, MicroBatchGradNorms | None]:
         """Backward of every subnet on every micro-batch (micro-batches outermost, so each one's
         gradient can be read off for the noise scale). Returns the mean loss and those norms."""
         distill = self.recipe.distill
@@ -319,26 +354,53 @@ class Trainer:
         self._tick()
         last = epoch + 1 == phase.total_epochs
         noise = self.noise.summary()
-        row = {"kind": "epoch", "phase": phase.name, "phase_index": p, "epoch": epoch + 1,
-               "epochs": phase.total_epochs, "global_epoch": self.global_epoch(p, epoch) + 1,
-               "step": self.global_step, "loss": self.epoch_loss / max(1, self.epoch_steps), "lr": self.last_lr,
-               "seconds": self.epoch_seconds,
-               "images_per_s": self.epoch_steps * self.global_batch / max(self.epoch_seconds, 1e-9),
-               "noise_scale": noise}
+        row = {
+            "kind": "epoch",
+            "phase": phase.name,
+            "phase_index": p,
+            "epoch": epoch + 1,
+            "epochs": phase.total_epochs,
+            "global_epoch": self.global_epoch(p, epoch) + 1,
+            "step": self.global_step,
+            "loss": self.epoch_loss / max(1, self.epoch_steps),
+            "lr": self.last_lr,
+            "seconds": self.epoch_seconds,
+            "images_per_s": self.epoch_steps * self.global_batch / max(self.epoch_seconds, 1e-9),
+            "noise_scale": noise,
+        }
         self.metrics.write(row)
         noise_text = f", B_simple {noise['b_simple']:.0f}" if noise and noise["b_simple"] else ""
-        self.log(f"{phase.name} epoch {epoch + 1}/{phase.total_epochs}: loss {row['loss']:.4f}, lr {self.last_lr:.3g}"
-                 f"{noise_text}, {self.epoch_seconds:.1f} s")
+        self.log(
+            f"{phase.name} epoch {epoch + 1}/{phase.total_epochs}: loss {row['loss']:.4f}, lr {self.last_lr:.3g}"
+            f"{noise_text}, {self.epoch_seconds:.1f} s"
+        )
         every = self.recipe.eval.every
         if last or (every and (epoch + 1) % every == 0):
             results = self.evaluate(eval_subnets(self.recipe.space, phase, self.recipe.eval.subnets), self.val_loader)
-            self.metrics.write({"kind": "eval", "split": "val", "phase": phase.name, "phase_index": p,
-                                "epoch": epoch + 1, "global_epoch": row["global_epoch"], "step": self.global_step,
-                                "subnets": results})
+            self.metrics.write(
+                {
+                    "kind": "eval",
+                    "split": "val",
+                    "phase": phase.name,
+                    "phase_index": p,
+                    "epoch": epoch + 1,
+                    "global_epoch": row["global_epoch"],
+                    "step": self.global_step,
+                    "subnets": results,
+                }
+            )
             self.log(f"{phase.name} val top-1: " + ", ".join(f"{n} {v['top1']:.1f}" for n, v in results.items()))
         if last:
-            self.metrics.write({"kind": "phase", "phase": phase.name, "phase_index": p, "step": self.global_step,
-                                "elapsed_s": self.elapsed, "noise_scale": noise})
+            self.metrics.write(
+                {
+                    "kind": "phase",
+                    "phase": phase.name,
+                    "phase_index": p,
+                    "step": self.global_step,
+                    "elapsed_s": self.elapsed,
+                    "noise_scale": noise,
+                }
+            )
             if noise:  # what the phase's noise scale says about the global batch (issue 17)
                 self.log(f"{phase.name}: {batch_advice(self.global_batch, noise['b_simple'], len(self.data.train))}")
             self.plot()
@@ -357,8 +419,15 @@ class Trainer:
         results = {}
         try:
             for name, arch in archs.items():
-                res = evaluate_arch(self.net, arch, self.calib_loader, loader, self.recipe.eval.calib_batches,
-                                    self.device, sync=self.env.distributed)
+                res = evaluate_arch(
+                    self.net,
+                    arch,
+                    self.calib_loader,
+                    loader,
+                    self.recipe.eval.calib_batches,
+                    self.device,
+                    sync=self.env.distributed,
+                )
                 results[name] = {"top1": res["top1"], "loss": res["loss"], "arch": arch.to_dict()}
         finally:
             for k, v in self.net.named_buffers():
@@ -368,29 +437,58 @@ class Trainer:
 
     def _finish(self) -> Path:
         space = self.recipe.space
-        every_choice = PhaseConfig(name="final", epochs=1, lr=1.0, kernels=space.kernels, expands=space.expands,
-                                   depths=space.depths, resolutions=space.resolutions)
+        every_choice = PhaseConfig(
+            name="final",
+            epochs=1,
+            lr=1.0,
+            kernels=space.kernels,
+            expands=space.expands,
+            depths=space.depths,
+            resolutions=space.resolutions,
+        )
         results = self.evaluate(eval_subnets(space, every_choice, self.recipe.eval.subnets), self.test_loader)
         largest, smallest = space.max_arch(), space.min_arch()
-        summary = {key: {"name": name, "top1": v["top1"]} for name, v in results.items()
-                   for key, arch in (("largest", largest), ("smallest", smallest)) if Arch.from_dict(v["arch"]) == arch}
+        summary = {
+            key: {"name": name, "top1": v["top1"]}
+            for name, v in results.items()
+            for key, arch in (("largest", largest), ("smallest", smallest))
+            if Arch.from_dict(v["arch"]) == arch
+        }
         # Leave the full network's BN statistics calibrated in the saved supernet.
         self.net.set_active(largest)
         set_loader_epoch(self.calib_loader, 0)
-        recalibrate_bn(self.net, self.calib_loader, self.recipe.eval.calib_batches, self.device, largest.resolution,
-                       sync=self.env.distributed)
+        recalibrate_bn(
+            self.net,
+            self.calib_loader,
+            self.recipe.eval.calib_batches,
+            self.device,
+            largest.resolution,
+            sync=self.env.distributed,
+        )
         self._tick()
         path = self.out / "supernet.pt"
         if self.env.is_main:
-            self.metrics.write({"kind": "test", "split": "test", "step": self.global_step, "subnets": results,
-                                **summary, "elapsed_s": self.elapsed, "cpu_s": self.elapsed_cpu})
+            self.metrics.write(
+                {
+                    "kind": "test",
+                    "split": "test",
+                    "step": self.global_step,
+                    "subnets": results,
+                    **summary,
+                    "elapsed_s": self.elapsed,
+                    "cpu_s": self.elapsed_cpu,
+                }
+            )
             meta = {**self.meta, "test": {n: v["top1"] for n, v in results.items()}}
             self.net.save(path, meta=meta)
             if self.recipe.checkpoint.safetensors:
                 self.net.save(path.with_suffix(".safetensors"), meta=meta)
             self.plot()
-        self.log("test top-1: " + ", ".join(f"{k} ({v['name']}) {v['top1']:.2f}%" for k, v in summary.items())
-                 + f"; supernet: {path}")
+        self.log(
+            "test top-1: "
+            + ", ".join(f"{k} ({v['name']}) {v['top1']:.2f}%" for k, v in summary.items())
+            + f"; supernet: {path}"
+        )
         return path
 
     # ------------------------------------------------------------------ state
@@ -401,15 +499,22 @@ class Trainer:
         self._tick()
         at_phase_start = self.epoch == 0 and self.step == 0
         state = {
-            "space": self.recipe.space.to_dict(), "model": self.net.state_dict(), "meta": self.meta,
+            "space": self.recipe.space.to_dict(),
+            "model": self.net.state_dict(),
+            "meta": self.meta,
             "teacher": self.teacher.state_dict() if self.teacher is not None else None,
             "optimizer": None if at_phase_start or self.optimizer is None else self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
             "scheduler": {"lr": self.last_lr, "phase_step": self.epoch * self.steps_per_epoch + self.step},
-            "phase": self.phase, "epoch": self.epoch, "step": self.step, "global_step": self.global_step,
+            "phase": self.phase,
+            "epoch": self.epoch,
+            "step": self.step,
+            "global_step": self.global_step,
             "rng": {"torch": torch.get_rng_state()},
             "epoch_stats": {"loss": self.epoch_loss, "steps": self.epoch_steps, "seconds": self.epoch_seconds},
-            "noise_scale": self.noise.state_dict(), "metrics_lines": self.metrics.count, "elapsed": self.elapsed,
+            "noise_scale": self.noise.state_dict(),
+            "metrics_lines": self.metrics.count,
+            "elapsed": self.elapsed,
             "world_size": self.env.world_size,
             "elapsed_cpu": self.elapsed_cpu,
         }

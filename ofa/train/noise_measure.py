@@ -38,8 +38,7 @@ class NoiseMeasureConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.accumulate < 2:
-            raise OFAError(f"noise scale: need steps >= 1 and accumulate >= 2, got {self.steps} and "
-                           f"{self.accumulate}")
+            raise OFAError(f"noise scale: need steps >= 1 and accumulate >= 2, got {self.steps} and {self.accumulate}")
 
 
 @dataclass(frozen=True)
@@ -67,8 +66,9 @@ class NoiseScaleResult:
         return dataclasses.asdict(self)
 
 
-def measure_noise_scale(recipe: Recipe, cfg: NoiseMeasureConfig,
-                        state: Mapping[str, Any] | None = None) -> NoiseScaleResult:
+def measure_noise_scale(
+    recipe: Recipe, cfg: NoiseMeasureConfig, state: Mapping[str, Any] | None = None
+) -> NoiseScaleResult:
     """B_simple of one phase of ``recipe`` at the weights of training checkpoint ``state`` (None: fresh).
 
     Under ``torchrun`` every process measures its share. Raises `OFAError` for an unknown phase,
@@ -85,8 +85,9 @@ def measure_noise_scale(recipe: Recipe, cfg: NoiseMeasureConfig,
         return measure_phase_noise(trainer, p, cfg)
 
 
-def measure_noise_scale_file(recipe_path: str | Path, cfg: NoiseMeasureConfig, overrides: Sequence[str] = (),
-                             run_dir: str | Path | None = None) -> NoiseScaleResult:
+def measure_noise_scale_file(
+    recipe_path: str | Path, cfg: NoiseMeasureConfig, overrides: Sequence[str] = (), run_dir: str | Path | None = None
+) -> NoiseScaleResult:
     """`measure_noise_scale` of a recipe file (with ``--set`` overrides) at the newest checkpoint of ``run_dir``."""
     recipe = load_recipe(recipe_path, overrides)
     state = None
@@ -103,11 +104,19 @@ def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> No
     r, phase, env = trainer.recipe, trainer.recipe.phases[p], trainer.env
     steps, accumulate = cfg.steps, cfg.accumulate
     b = r.data.batch_size // trainer.micro_batches
-    loader = make_loader(trainer.data.train, b * accumulate, shuffle=True, seed=r.seed, drop_last=True,
-                         options=LoaderOptions(rank=env.rank, world_size=env.world_size))
+    loader = make_loader(
+        trainer.data.train,
+        b * accumulate,
+        shuffle=True,
+        seed=r.seed,
+        drop_last=True,
+        options=LoaderOptions(rank=env.rank, world_size=env.world_size),
+    )
     if len(loader) == 0:
-        raise OFAError(f"noise scale: {accumulate} micro-batches of {b} images x {env.world_size} process(es) "
-                       f"exceed the {len(trainer.data.train)} training images; lower --accumulate")
+        raise OFAError(
+            f"noise scale: {accumulate} micro-batches of {b} images x {env.world_size} process(es) "
+            f"exceed the {len(trainer.data.train)} training images; lower --accumulate"
+        )
     estimator = NoiseScaleEstimator(ema=1.0)
     b_big = b * accumulate * env.world_size
     batches = _cycle(loader)
@@ -128,10 +137,20 @@ def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> No
     b_simple, images = summary["b_simple"], len(trainer.data.train)
     now, lr = trainer.global_batch, phase.lr * trainer.lr_scale
     suggested = suggest_batch_size(b_simple, images)
-    return NoiseScaleResult(phase=phase.name, phase_index=p, steps=steps, b_small=b, b_big=b_big, **summary,
-                            current_global_batch=now, lr=lr, train_images=images, suggested_batch=suggested,
-                            suggested_lr=None if suggested is None else lr * steps_factor(now, suggested, b_simple),
-                            advice=batch_advice(now, b_simple, images))
+    return NoiseScaleResult(
+        phase=phase.name,
+        phase_index=p,
+        steps=steps,
+        b_small=b,
+        b_big=b_big,
+        **summary,
+        current_global_batch=now,
+        lr=lr,
+        train_images=images,
+        suggested_batch=suggested,
+        suggested_lr=None if suggested is None else lr * steps_factor(now, suggested, b_simple),
+        advice=batch_advice(now, b_simple, images),
+    )
 
 
 def _cycle(loader: torch.utils.data.DataLoader) -> Iterator[Any]:

@@ -65,12 +65,21 @@ class NoiseScaleEstimator:
     def summary(self) -> dict[str, Any] | None:
         if not self.updates:
             return None
-        return {"b_simple": self.b_simple, "trace_sigma": self.trace.value, "grad_sq": self.g2.value,
-                "updates": self.updates}
+        return {
+            "b_simple": self.b_simple,
+            "trace_sigma": self.trace.value,
+            "grad_sq": self.g2.value,
+            "updates": self.updates,
+        }
 
     def state_dict(self) -> dict[str, float]:
-        return {"g2_num": self.g2.num, "g2_den": self.g2.den, "tr_num": self.trace.num, "tr_den": self.trace.den,
-                "updates": self.updates}
+        return {
+            "g2_num": self.g2.num,
+            "g2_den": self.g2.den,
+            "tr_num": self.trace.num,
+            "tr_den": self.trace.den,
+            "updates": self.updates,
+        }
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.g2.num, self.g2.den = state["g2_num"], state["g2_den"]
@@ -96,8 +105,11 @@ class MicroBatchGradNorms:
 
     @torch.no_grad()
     def end(self, scale: float = 1.0) -> None:
-        parts = [(p.grad if before is None else p.grad - before).double().square().sum()
-                 for p, before in zip(self.params, self._before) if p.grad is not None]
+        parts = [
+            (p.grad if before is None else p.grad - before).double().square().sum()
+            for p, before in zip(self.params, self._before)
+            if p.grad is not None
+        ]
         self.sq_norms.append(float(torch.stack(parts).sum()) * scale * scale if parts else 0.0)
         self._before = []
 
@@ -131,8 +143,10 @@ def batch_advice(global_batch: int, b_simple: float | None, train_size: int) -> 
     """One line: where ``global_batch`` sits relative to B_simple and what changing it would buy."""
     suggested = suggest_batch_size(b_simple, train_size)
     if suggested is None:
-        return (f"batch {global_batch}: the noise scale is not measurable yet (|G|² estimate <= 0), "
-                "so there is no batch-size advice")
+        return (
+            f"batch {global_batch}: the noise scale is not measurable yet (|G|² estimate <= 0), "
+            "so there is no batch-size advice"
+        )
     ratio = global_batch / b_simple
     head = f"batch {global_batch} is ~{ratio:.2g}× the noise scale (B_simple ≈ {b_simple:.0f})"
     if suggested == global_batch:
@@ -140,8 +154,12 @@ def batch_advice(global_batch: int, b_simple: float | None, train_size: int) -> 
     factor = steps_factor(global_batch, suggested, b_simple)
     change = suggested / global_batch
     if change > 1:
-        return (f"{head}: larger batches (more processes) cut steps almost linearly up to ~{1 / ratio:.2g}×; "
-                f"suggested global batch {suggested}: ~{factor:.2g}× fewer steps for ~{change / factor:.2g}× the "
-                "examples")
-    return (f"{head}: larger batches mostly add compute; suggested global batch {suggested} (fewer processes or "
-            f"images per process): ~{1 / factor:.2g}× the steps for ~{factor / change:.2g}× fewer examples")
+        return (
+            f"{head}: larger batches (more processes) cut steps almost linearly up to ~{1 / ratio:.2g}×; "
+            f"suggested global batch {suggested}: ~{factor:.2g}× fewer steps for ~{change / factor:.2g}× the "
+            "examples"
+        )
+    return (
+        f"{head}: larger batches mostly add compute; suggested global batch {suggested} (fewer processes or "
+        f"images per process): ~{1 / factor:.2g}× the steps for ~{factor / change:.2g}× fewer examples"
+    )

@@ -48,8 +48,11 @@ def plot_training_curves(metrics_path: str | Path, png_path: str | Path) -> Path
     ax_acc.set(title="validation top-1 (BN recalibrated)", xlabel="epoch", ylabel="top-1 (%)")
     ax_lr.plot(x, [r["lr"] for r in epochs], marker=".")
     ax_lr.set(title="learning rate (end of epoch)", xlabel="epoch", ylabel="lr")
-    noise = [(r["global_epoch"], r["noise_scale"]["b_simple"]) for r in epochs
-             if r.get("noise_scale") and r["noise_scale"].get("b_simple") is not None]
+    noise = [
+        (r["global_epoch"], r["noise_scale"]["b_simple"])
+        for r in epochs
+        if r.get("noise_scale") and r["noise_scale"].get("b_simple") is not None
+    ]
     if noise:
         ax_noise.plot(*zip(*noise), marker=".")
     ax_noise.set(title="gradient noise scale B_simple (critical batch size)", xlabel="epoch", ylabel="samples")
@@ -59,7 +62,15 @@ def plot_training_curves(metrics_path: str | Path, png_path: str | Path) -> Path
     for ax in axes.flat:
         for name, start in starts.items():
             ax.axvline(start, color="grey", ls="--", lw=0.7)
-            ax.text(start, 0.98, f" {name}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="grey",
-                    rotation=90)
+            ax.text(
+                start,
+                0.98,
+                f" {name}",
+                transform=ax.get_xaxis_transform(),
+                fontsize=7,
+                va="top",
+                color="grey",
+                rotation=90,
+            )
     fig.tight_layout()
     return atomic_write(png_path, lambda p: fig.savefig(p, dpi=100, format="png"))

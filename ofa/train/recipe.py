@@ -208,9 +208,11 @@ def _init_space(init: InitConfig, raw: Mapping[str, Any], source: str) -> Search
     space = derive_space(base, raw.get("space"))
     distill = raw.get("distill")
     if isinstance(distill, Mapping) and distill.get("teacher") == "init" and space.num_classes != base.num_classes:
-        raise ConfigError(f"distill.teacher: init: {init.supernet} is re-headed ({base.num_classes} -> "
-                          f"{space.num_classes} classes), so it cannot teach until the whole supernet is fine-tuned "
-                          "(use teacher: full after a first full-network phase)")
+        raise ConfigError(
+            f"distill.teacher: init: {init.supernet} is re-headed ({base.num_classes} -> "
+            f"{space.num_classes} classes), so it cannot teach until the whole supernet is fine-tuned "
+            "(use teacher: full after a first full-network phase)"
+        )
     return space
 
 
@@ -249,23 +251,32 @@ def _check_consistency(r: Recipe) -> None:
         if name in names[:i]:
             raise ConfigError(f"phases[{i}].name: {name!r} is used twice")
     if r.data.image_size < max(r.space.resolutions):
-        raise ConfigError(f"data.image_size: {r.data.image_size} is smaller than the largest resolution "
-                          f"{max(r.space.resolutions)} (space.resolutions)")
+        raise ConfigError(
+            f"data.image_size: {r.data.image_size} is smaller than the largest resolution "
+            f"{max(r.space.resolutions)} (space.resolutions)"
+        )
     if r.data.name == "digits" and (r.space.num_classes, r.space.in_channels) != (10, 1):
-        raise ConfigError("space.num_classes: digits has 10 classes of 1-channel images "
-                          "(space.num_classes: 10, space.in_channels: 1)")
+        raise ConfigError(
+            "space.num_classes: digits has 10 classes of 1-channel images (space.num_classes: 10, space.in_channels: 1)"
+        )
     if r.data.name == "synthetic":
         syn = r.data.synthetic
         if syn.num_classes != r.space.num_classes:
-            raise ConfigError(f"space.num_classes: {r.space.num_classes} but data.synthetic.num_classes is "
-                              f"{syn.num_classes}")
+            raise ConfigError(
+                f"space.num_classes: {r.space.num_classes} but data.synthetic.num_classes is {syn.num_classes}"
+            )
         if syn.channels != r.space.in_channels:
-            raise ConfigError(f"space.in_channels: {r.space.in_channels} but data.synthetic.channels is "
-                              f"{syn.channels}")
+            raise ConfigError(f"space.in_channels: {r.space.in_channels} but data.synthetic.channels is {syn.channels}")
+    _check_training(r, names)
+
+
+def _check_training(r: Recipe, names: list[str]) -> None:
+    """Optimizer, schedule, distillation, evaluation and checkpoint settings that only make sense together."""
     micro = r.schedule.micro_batches
     if micro < 1 or r.data.batch_size % micro:
-        raise ConfigError(f"schedule.micro_batches: {micro} must be >= 1 and divide data.batch_size "
-                          f"({r.data.batch_size})")
+        raise ConfigError(
+            f"schedule.micro_batches: {micro} must be >= 1 and divide data.batch_size ({r.data.batch_size})"
+        )
     if r.optimizer.name == "sgd" and r.optimizer.nesterov and r.optimizer.momentum <= 0:
         raise ConfigError("optimizer.nesterov: Nesterov momentum needs optimizer.momentum > 0")
     if r.optimizer.grad_clip is not None and r.optimizer.grad_clip <= 0:
@@ -278,8 +289,9 @@ def _check_consistency(r: Recipe) -> None:
         raise ConfigError("distill.ratio: must be >= 0, and distill.temperature > 0")
     if r.distill.teacher_phase is not None:
         if r.distill.teacher_phase not in names:
-            raise ConfigError(f"distill.teacher_phase: {r.distill.teacher_phase!r} is not a phase name "
-                              f"({', '.join(names)})")
+            raise ConfigError(
+                f"distill.teacher_phase: {r.distill.teacher_phase!r} is not a phase name ({', '.join(names)})"
+            )
         if r.distill.teacher != "full":
             raise ConfigError("distill.teacher_phase: only used with distill.teacher: full")
     if r.distill.teacher == "init" and not r.init.supernet:
@@ -288,8 +300,10 @@ def _check_consistency(r: Recipe) -> None:
         for i, p in enumerate(r.phases):
             multiple = p.largest(p.resolutions[0], r.space) != p.smallest(p.resolutions[0], r.space)
             if multiple and p.subnets_per_step < 2:
-                raise ConfigError(f"phases[{i}].subnets_per_step: in-place distillation needs >= 2 (the largest "
-                                  "subnet teaches the others)")
+                raise ConfigError(
+                    f"phases[{i}].subnets_per_step: in-place distillation needs >= 2 (the largest "
+                    "subnet teaches the others)"
+                )
     if not 0 < r.noise_scale.ema <= 1:
         raise ConfigError(f"noise_scale.ema: must be in (0, 1], got {r.noise_scale.ema}")
     if r.eval.every < 0 or r.eval.calib_batches < 1:
@@ -297,5 +311,6 @@ def _check_consistency(r: Recipe) -> None:
     if r.checkpoint.every_steps < 0:
         raise ConfigError(f"checkpoint.every_steps: must be >= 0, got {r.checkpoint.every_steps}")
     if r.checkpoint.keep < 2:
-        raise ConfigError(f"checkpoint.keep: must be >= 2 (a damaged latest checkpoint needs a predecessor), "
-                          f"got {r.checkpoint.keep}")
+        raise ConfigError(
+            f"checkpoint.keep: must be >= 2 (a damaged latest checkpoint needs a predecessor), got {r.checkpoint.keep}"
+        )

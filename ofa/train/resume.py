@@ -44,8 +44,9 @@ def prepare_run_folder(out: str | Path, resume: bool) -> bool:
 def check_same_space(state: Mapping[str, Any], recipe: Recipe) -> None:
     """The checkpoint's weights fit ``recipe``'s supernet (its search space is the same)."""
     if state["space"] != recipe.space.to_dict():
-        raise OFAError(f"the checkpoint's search space differs from that of {recipe.source}; "
-                       "use the recipe the run started with")
+        raise OFAError(
+            f"the checkpoint's search space differs from that of {recipe.source}; use the recipe the run started with"
+        )
 
 
 def check_resume(state: Mapping[str, Any], recipe: Recipe, world_size: int, checkpoint: str | Path) -> list[str]:
@@ -61,25 +62,33 @@ def check_resume(state: Mapping[str, Any], recipe: Recipe, world_size: int, chec
         missing = " and ".join(w for w, v in (("recipe", stored), ("world size", stored_world)) if v is None)
         notes.append(f"warning: {checkpoint} records no {missing}: resuming without checking that it is unchanged")
     if stored_world is not None and stored_world != world_size:
-        raise OFAError(f"{checkpoint} was trained on {stored_world} process(es), this run has {world_size}; resume "
-                       "with the same number of processes (torchrun --nproc_per_node) or choose another --out")
+        raise OFAError(
+            f"{checkpoint} was trained on {stored_world} process(es), this run has {world_size}; resume "
+            "with the same number of processes (torchrun --nproc_per_node) or choose another --out"
+        )
     if stored is None:
         return notes
     changed = differences(stored, recipe.to_dict())
     refused = [d for d in changed if not resumable(d.key)]
     if refused:
         d = refused[0]
-        raise OFAError(f"{recipe.source}: {d.key} is {_show(d.new)}, but {checkpoint} was trained with "
-                       f"{_show(d.old)}; a resumed run keeps its recipe (only {', '.join(RESUMABLE)} may change): "
-                       "undo the change or choose another --out")
+        raise OFAError(
+            f"{recipe.source}: {d.key} is {_show(d.new)}, but {checkpoint} was trained with "
+            f"{_show(d.old)}; a resumed run keeps its recipe (only {', '.join(RESUMABLE)} may change): "
+            "undo the change or choose another --out"
+        )
     for d in changed:
         if d.key == "data.root":
-            notes.append(f"data.root: {d.old} -> {d.new}: resuming on a moved copy of the data "
-                         "(it must hold the same images)")
+            notes.append(
+                f"data.root: {d.old} -> {d.new}: resuming on a moved copy of the data (it must hold the same images)"
+            )
     others = [d for d in changed if d.key != "data.root"]
     if others:
-        notes.append("resuming with " + ", ".join(_change(d) for d in others)
-                     + " (recipe.yaml keeps the recipe the run started with)")
+        notes.append(
+            "resuming with "
+            + ", ".join(_change(d) for d in others)
+            + " (recipe.yaml keeps the recipe the run started with)"
+        )
     return notes
 
 

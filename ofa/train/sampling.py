@@ -16,8 +16,9 @@ from ofa.space import SearchSpace
 from ofa.train.recipe import PhaseConfig
 
 
-def step_subnets(space: SearchSpace, phase: PhaseConfig, inplace_teacher: bool, seed: int, phase_index: int,
-                 epoch: int, step: int) -> list[Arch]:
+def step_subnets(
+    space: SearchSpace, phase: PhaseConfig, inplace_teacher: bool, seed: int, phase_index: int, epoch: int, step: int
+) -> list[Arch]:
     """The subnets of one step, all at one resolution drawn from the phase's list.
 
     The sandwich rule puts the largest and the smallest subnet first; in-place distillation puts
@@ -30,9 +31,11 @@ def step_subnets(space: SearchSpace, phase: PhaseConfig, inplace_teacher: bool, 
         fixed.append(phase.largest(res, space))
     if phase.sandwich:
         fixed.append(phase.smallest(res, space))
-    fixed = fixed[:phase.subnets_per_step]
-    return fixed + [sample_arch(space, rng, kernels=phase.kernels, expands=phase.expands, depths=phase.depths,
-                                resolutions=[res]) for _ in range(phase.subnets_per_step - len(fixed))]
+    fixed = fixed[: phase.subnets_per_step]
+    return fixed + [
+        sample_arch(space, rng, kernels=phase.kernels, expands=phase.expands, depths=phase.depths, resolutions=[res])
+        for _ in range(phase.subnets_per_step - len(fixed))
+    ]
 
 
 def step_seed(seed: int, phase_index: int, epoch: int, step: int, rank: int) -> int:
@@ -51,9 +54,10 @@ def eval_subnets(space: SearchSpace, phase: PhaseConfig, mode: str) -> dict[str,
         archs = [phase.largest(max(resolutions), space), phase.smallest(min(resolutions), space)]
     else:
         archs = []
-        for r, d, e, k in itertools.product(resolutions[::-1], *[sorted({max(c), min(c)}, reverse=True)
-                                                                 for c in (phase.depths, phase.expands,
-                                                                           phase.kernels)]):
+        for r, d, e, k in itertools.product(
+            resolutions[::-1],
+            *[sorted({max(c), min(c)}, reverse=True) for c in (phase.depths, phase.expands, phase.kernels)],
+        ):
             archs.append(space.uniform_arch(r, k, e, d))
     named: dict[str, Arch] = {}
     for a in archs:

@@ -110,18 +110,31 @@ class Tracker:
         kind, step = row.get("kind"), int(row.get("step", 0))
         if kind == "epoch":
             noise = row.get("noise_scale") or {}
-            self.scalars({"train/loss": row["loss"], "train/lr": row["lr"], "train/images_per_s": row["images_per_s"],
-                          **{f"noise_scale/{k}": v for k, v in noise.items()}}, step)
+            self.scalars(
+                {
+                    "train/loss": row["loss"],
+                    "train/lr": row["lr"],
+                    "train/images_per_s": row["images_per_s"],
+                    **{f"noise_scale/{k}": v for k, v in noise.items()},
+                },
+                step,
+            )
         elif kind == "eval":
-            self.scalars({f"{row['split']}_top1/{row['phase']}/{name}": v["top1"]
-                          for name, v in row["subnets"].items()}, step)
-            self.scalars({f"{row['split']}_loss/{row['phase']}/{name}": v["loss"]
-                          for name, v in row["subnets"].items()}, step)
+            self.scalars(
+                {f"{row['split']}_top1/{row['phase']}/{name}": v["top1"] for name, v in row["subnets"].items()}, step
+            )
+            self.scalars(
+                {f"{row['split']}_loss/{row['phase']}/{name}": v["loss"] for name, v in row["subnets"].items()}, step
+            )
         elif kind == "test":
             subnets = row["subnets"]
             self.scalars({f"test_top1/{name}": v["top1"] for name, v in subnets.items()}, step)
-            self.table("test", ["subnet", "top-1 (%)", "loss"],
-                       [[name, f"{v['top1']:.2f}", f"{v['loss']:.4f}"] for name, v in subnets.items()], step)
+            self.table(
+                "test",
+                ["subnet", "top-1 (%)", "loss"],
+                [[name, f"{v['top1']:.2f}", f"{v['loss']:.4f}"] for name, v in subnets.items()],
+                step,
+            )
 
     def close(self) -> None:
         for sink in self.sinks:
@@ -150,13 +163,16 @@ def _try(name: str, make: Callable[[], Sink], note: Note) -> Sink | None:
     try:
         return make()
     except ImportError:
-        note(f"note: {name} is not installed (pip install '{INSTALL[name]}'): figures are written as JSON lines "
-             f"and PNG only{'' if name == 'tensorboard' else f', not to {name}'}")
+        note(
+            f"note: {name} is not installed (pip install '{INSTALL[name]}'): figures are written as JSON lines "
+            f"and PNG only{'' if name == 'tensorboard' else f', not to {name}'}"
+        )
         return None
 
 
-def log_figures(folder: Path, series: Mapping[str, Sequence[float]], tables: Mapping[str, Sequence[Sequence[Any]]],
-                note: Note) -> Path | None:
+def log_figures(
+    folder: Path, series: Mapping[str, Sequence[float]], tables: Mapping[str, Sequence[Sequence[Any]]], note: Note
+) -> Path | None:
     """TensorBoard curves (step = position in each series) and tables (first row: the columns) into
     ``folder``; None when TensorBoard is not installed (one ``note``)."""
     sink = _try("tensorboard", lambda: TensorBoardSink(folder), note)
