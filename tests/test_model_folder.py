@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -77,6 +78,7 @@ def test_folder_rebuilds_with_timm_and_safetensors_alone(folder, tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
         cwd=folder.path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},  # one thread, as this process: the same kernels, bit for bit
         capture_output=True,
         text=True,
         timeout=120,
