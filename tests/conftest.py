@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +13,7 @@ import pytest
 import torch
 
 from ofa.space import SearchSpace, StageSpec
+from ofa.train.checkpoint import CheckpointStore
 
 TINY_RECIPE = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"  # a few-second synthetic recipe
 
@@ -80,3 +85,21 @@ def scalar_series(folder: Path) -> dict[str, list[float]]:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+def kill_at_step(cmd: list[str], checkpoints: Path, step: int) -> int:
+    """Run ``cmd`` (one thread) and SIGKILL it once a checkpoint of ``step`` or later exists; its exit code."""
+    store = CheckpointStore(checkpoints)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            paths = store.paths()
+            if paths and int(paths[-1].stem.split("-")[1]) >= step:
+                break
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    return proc.returncode

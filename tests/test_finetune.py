@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_RECIPE, perturb
+from conftest import TINY_RECIPE, kill_at_step, perturb
 
 from ofa.arch import Arch
 from ofa.cli import main
@@ -24,7 +21,6 @@ from ofa.io import file_sha256
 from ofa.subnet import load_subnet
 from ofa.supernet import OFAMobileNetV3
 from ofa.train import load_recipe
-from ofa.train.checkpoint import CheckpointStore
 from ofa.transfer import rehead
 
 RECIPE = Path(__file__).resolve().parent / "recipes" / "finetune_tiny.yaml"
@@ -69,7 +65,6 @@ def test_finetuned_subnet_is_a_loadable_timm_model_that_learned(reference, files
 
 def test_sigkill_then_resume_is_bitwise_identical(reference, files, tmp_path):
     out = tmp_path / "run"
-    store = CheckpointStore(out / "checkpoints")
     kill_after = random.randint(2, 4 * 9 - 8)  # 4 epochs of 9 steps
     cmd = [
         sys.executable,
@@ -84,20 +79,8 @@ def test_sigkill_then_resume_is_bitwise_identical(reference, files, tmp_path):
         "--out",
         str(out),
     ]
-    proc = subprocess.Popen(
-        cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            paths = store.paths()
-            if paths and int(paths[-1].stem.split("-")[1]) >= kill_after:
-                break
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
+    returncode = kill_at_step(cmd, out / "checkpoints", kill_after)
+    assert returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
     assert not (out / "subnet.pt").exists()
     assert (
         main(

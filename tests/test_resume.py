@@ -5,19 +5,17 @@ recipe or world size is refused in one line naming the key, except the allowlist
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from conftest import TINY_RECIPE as TINY
+from conftest import kill_at_step
 
 from ofa.cli import main
 from ofa.errors import OFAError
@@ -51,10 +49,8 @@ def _epoch_rows(out: Path) -> list[dict]:
 
 def test_sigkill_at_a_random_step_then_resume_is_bitwise_identical(reference, tmp_path):
     out = tmp_path / "run"
-    store = CheckpointStore(out / "checkpoints")
     total = 4 * 9  # 4 epochs of 9 steps
     kill_after = random.randint(2, total - 8)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable,
         "-m",
@@ -65,18 +61,8 @@ def test_sigkill_at_a_random_step_then_resume_is_bitwise_identical(reference, tm
         str(out),
         *[a for o in OVERRIDES for a in ("--set", o)],
     ]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            paths = store.paths()
-            if paths and int(paths[-1].stem.split("-")[1]) >= kill_after:
-                break
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
+    returncode = kill_at_step(cmd, out / "checkpoints", kill_after)
+    assert returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
     assert not (out / "supernet.pt").exists()
 
     resumed = train(load_recipe(TINY, OVERRIDES), out, resume=True)
