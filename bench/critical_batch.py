@@ -17,6 +17,9 @@ example is one training image (it passes through each of the step's subnets).
 
     python bench/critical_batch.py RECIPE [--phase NAME --run DIR] [--batches 16 32 ...] [--json]
 
+The ratio B_crit / B_simple carries both uncertainties: the fit's (its covariance) and B_simple's
+own standard error over its measurement steps (`ofa.train.noise_scale.b_simple_log_sd`).
+
 Writes bench/critical_batch.png (steps vs examples per batch size, the fitted curve, B_crit and
 B_simple); prints one JSON object as the last line.
 """
@@ -267,6 +270,8 @@ def report(
     ref = next(r for r in chosen if r.batch == recipe.data.batch_size)
     ratio = fit.b_crit / b_simple if b_simple else None
     low, high = fit.interval()
+    # ln(B_crit / B_simple): the fit's and the B_simple measurement's errors, independent, add in quadrature.
+    ratio_sd = math.hypot(fit.log_sd, noise["b_simple_log_sd"] if noise["b_simple_log_sd"] is not None else math.inf)
     return {
         "recipe": sweep.recipe_path,
         "phase": recipe.phases[p].name,
@@ -284,11 +289,13 @@ def report(
         "b_crit_low": _sig(low),
         "b_crit_high": _sig(high),
         "b_simple": _sig(b_simple),
+        "b_simple_log_sd": _sig(noise["b_simple_log_sd"]),
         "b_simple_at": f"reference run (batch {ref.batch}, lr {ref.lr}) at the target",
         "b_simple_measure": {k: _sig(noise[k]) for k in ("steps", "b_small", "b_big", "trace_sigma", "grad_sq")},
         "ratio": _sig(ratio),
-        "ratio_low": _sig(low / b_simple) if b_simple else None,
-        "ratio_high": _sig(high / b_simple) if b_simple else None,
+        "ratio_log_sd": _sig(ratio_sd) if math.isfinite(ratio_sd) else None,
+        "ratio_low": _sig(ratio / math.exp(ratio_sd)) if ratio and math.isfinite(ratio_sd) else None,
+        "ratio_high": _sig(ratio * math.exp(ratio_sd)) if ratio and math.isfinite(ratio_sd) else None,
         "in_goal": bool(ratio and GOAL[0] <= ratio <= GOAL[1]),
         "png": _shown(sweep.out_png),
         "seconds": round(seconds, 1),

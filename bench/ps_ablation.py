@@ -95,7 +95,8 @@ def render(records: dict[str, dict[str, Any]]) -> str:
         )
     scratch: dict[tuple, dict[str, Any]] = {}
     for r in records.values():
-        key = (r["train_images"], r["test_images"], r["subnets"]["largest"]["scratch_epochs"])
+        data = tuple(o for o in r["overrides"] if o.startswith("data."))  # twins differ with their data
+        key = (r["train_images"], r["test_images"], r["subnets"]["largest"]["scratch_epochs"], data)
         if key not in scratch or r["subnets"]["largest"]["scratch_2x"] is not None:  # prefer checked twins
             scratch[key] = {"grid": r.get("lr_grid"), **{n: r["subnets"][n] for n in SHOWN}}
     lines += [
@@ -106,7 +107,7 @@ def render(records: dict[str, dict[str, Any]]) -> str:
         "| train/test images | E | lr grid | " + " | ".join(SHOWN) + " |",
         "|---|---|---|---|---|---|",
     ]
-    for (tr, te, epochs), subs in scratch.items():
+    for (tr, te, epochs, data), subs in scratch.items():
         values = subs.pop("grid")
         grid = ", ".join(f"{g:g}" for g in values) if values else "not recorded"
         cells = [
@@ -115,7 +116,8 @@ def render(records: dict[str, dict[str, Any]]) -> str:
             else f"{s['scratch']:.2f} (lr {s['scratch_lr']:g})"
             for s in subs.values()
         ]
-        lines.append(f"| {tr}/{te} | {epochs} | {grid} | " + " | ".join(cells) + " |")
+        images = f"{tr}/{te}" + (f" ({', '.join(data)})" if data else "")
+        lines.append(f"| {images} | {epochs} | {grid} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -59,7 +59,9 @@ RECIPES = {"digits": ROOT / "recipes" / "digits.yaml", "fashion": ROOT / "recipe
 TARGET_POINTS = 0.5  # every PS subnet within this of its from-scratch twin, or better
 CONVERGED_POINTS = 0.3  # scratch top-1 at 2x epochs within this of top-1 at 1x: converged
 BUDGET_RATIO = 4.0  # PS wall seconds <= this x the largest subnet's scratch run
-DEFAULT_CACHE = ROOT / "runs" / "ps_vs_scratch"
+# Finished runs' records (JSON, metrics, recipe) are kept in the repository: the full benchmark takes
+# hours of CPU, so a clone reports from them and only trains what is missing (--cache DIR starts afresh).
+DEFAULT_CACHE = ROOT / "bench" / "ps_runs"
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,9 @@ class BenchConfig:
     lr_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
     convergence: bool = True
     cache: Path = DEFAULT_CACHE
+    side: str = "both"  # "ps" or "scratch": fill the cache with one side only (e.g. in two processes)
+    threads: int | None = None  # torch threads of this process; None: torch's default
+    only: tuple[str, ...] = ()  # bench only these of the subnets (smallest, middle, largest, random_N); () all
 
 
 def digest(obj: Any) -> str:
@@ -286,12 +291,31 @@ def load_bench_recipe(cfg: BenchConfig) -> tuple[Path, Recipe]:
     return path, recipe_from_dict(raw, str(path))
 
 
+def run_one_side(cfg: BenchConfig, recipe: Recipe, data: DataBundle, subnets: dict[str, Arch]) -> dict[str, Any]:
+    """Only the PS runs or only the scratch twins (cached for a later full report); their figures."""
+    if cfg.side == "ps":
+        runs = [ps_run(dataclasses.replace(recipe, seed=s), subnets, data, cfg.cache) for s in cfg.seeds]
+        return {"side": "ps", "seconds": [r["seconds"] for r in runs], "top1": [r["top1"] for r in runs]}
+    first_pass = dataclasses.replace(cfg, convergence=False)  # every twin at E epochs before any 2E check
+    for name, arch in subnets.items():
+        scratch_twin(recipe, name, arch, first_pass, data)
+    return {"side": "scratch", "twins": {n: scratch_twin(recipe, n, a, cfg, data) for n, a in subnets.items()}}
+
+
 def run(cfg: BenchConfig) -> dict[str, Any]:
     """Both sides for every subnet and seed; the report (also the JSON line)."""
     path, recipe = load_bench_recipe(cfg)
     cfg.cache.mkdir(parents=True, exist_ok=True)
     data = build_data(recipe.data)
     subnets = bench_subnets(recipe.space, cfg.subnet_seed, cfg.random_subnets)
+    unknown = sorted(set(cfg.only) - set(subnets))
+    if unknown:
+        raise OFAError(f"--subnets: unknown {', '.join(unknown)} (have {', '.join(subnets)})")
+    if cfg.side == "both" and cfg.only and "largest" not in cfg.only:
+        raise OFAError("--subnets: the full report needs 'largest' (the cost budget is its scratch run)")
+    subnets = {n: subnets[n] for n in cfg.only} if cfg.only else subnets
+    if cfg.side != "both":
+        return run_one_side(cfg, recipe, data, subnets)
     ps = [ps_run(dataclasses.replace(recipe, seed=s), subnets, data, cfg.cache) for s in cfg.seeds]
     rows = {}
     for name, arch in subnets.items():
@@ -330,6 +354,9 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
 
 
 def print_report(report: dict[str, Any]) -> None:
+    if "side" in report:
+        print(json.dumps(report, indent=1))
+        return
     print(
         f"{report['recipe']}: {report['train_images']} train / {report['test_images']} test images, "
         f"seeds {report['seeds']}"
@@ -365,6 +392,9 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, bool]:
     p.add_argument("--lr-factors", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     p.add_argument("--no-convergence", action="store_true", help="skip the 2x-epochs scratch runs")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="folder of finished runs")
+    p.add_argument("--side", choices=["both", "ps", "scratch"], default="both", help="run one side only (cached)")
+    p.add_argument("--subnets", nargs="+", default=[], help="only these (smallest middle largest random_N), in order")
+    p.add_argument("--threads", type=int, help="torch threads (e.g. 1 each for two processes on two cores)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     a = p.parse_args(argv)
     if len(a.seeds) < 1 or (a.scratch_epochs is not None and a.scratch_epochs < 2) or a.random < 0:
@@ -380,11 +410,16 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, bool]:
         lr_factors=tuple(a.lr_factors),
         convergence=not a.no_convergence,
         cache=a.cache,
+        side=a.side,
+        threads=a.threads,
+        only=tuple(a.subnets),
     ), a.json
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg, as_json = parse_args(argv)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     try:
         why = missing_data(RECIPES.get(cfg.recipe, Path(cfg.recipe)), cfg.overrides)
         if why:

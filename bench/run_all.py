@@ -155,7 +155,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         on_request=True,
     ),
     "ps_vs_scratch_fashion": Benchmark(
-        ["bench/ps_vs_scratch.py", "--recipe", "fashion", "--scratch-epochs", "40", "--json"],
+        ["bench/ps_vs_scratch.py", "--recipe", "fashion", "--scratch-epochs", "20", "--json"],
         "Fashion-MNIST: the same comparison on recipes/fashion_mnist.yaml",
         [
             "bench/ps_vs_scratch.py",
@@ -185,7 +185,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         ["bench/critical_batch.py", "recipes/digits.yaml", "--json"],
         "critical batch size measured by training the full network to a fixed validation loss at batch sizes "
         "16-512 (best of 3 learning rates each; fit S = S_min + E_min/B, B_crit = E_min/S_min, 68% interval) vs "
-        "the gradient noise scale B_simple at the reference run's weights at the target (goal: ratio in [0.5, 2])",
+        "the gradient noise scale B_simple at the reference run's weights at the target (goal: ratio in [0.5, 2]; "
+        "the ratio's 68% interval adds B_simple's own standard error over its measurement steps to the fit's)",
         [
             "bench/critical_batch.py",
             "recipes/digits.yaml",

@@ -4,7 +4,9 @@ in `ofa noise-scale` and in the training log."""
 from __future__ import annotations
 
 import json
+import math
 import re
+import statistics
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from ofa.cli import main
 from ofa.train.noise_scale import (
     MicroBatchGradNorms,
     NoiseScaleEstimator,
+    b_simple_log_sd,
     batch_advice,
     grad_sq_norm,
     steps_factor,
@@ -30,12 +33,12 @@ def _measure(
     b_small: int,
     micro: int,
     seed: int,
-) -> None:
+) -> list[tuple[float, float]]:
     """Linear regression y = x·w* + σε with x ~ N(0, I), loss ½(x·w − y)², at w = w* + δ.
 
     Per-sample gradient g = x (x·δ − σε): G = δ and Σ = (|δ|² + σ²) I + δδᵀ, so
     |G|² = |δ|² and tr(Σ) = d (|δ|² + σ²) + |δ|². Gradients go through the same helpers as training:
-    micro-batch losses scaled by 1/micro and accumulated in ``.grad``.
+    micro-batch losses scaled by 1/micro and accumulated in ``.grad``. Returns each step's (|G|², tr(Σ)).
     """
     gen = torch.Generator().manual_seed(seed)
     w_star = torch.randn(dim, generator=gen, dtype=torch.float64)
@@ -43,6 +46,7 @@ def _measure(
     with torch.no_grad():
         model.weight.copy_((w_star + delta)[None])
     params = list(model.parameters())
+    estimates = []
     for _ in range(steps):
         model.zero_grad(set_to_none=True)
         norms = MicroBatchGradNorms(params)
@@ -53,7 +57,8 @@ def _measure(
             loss = 0.5 * (model(x).squeeze(1) - y).square().mean()
             (loss / micro).backward()
             norms.end(scale=micro)
-        estimator.update(norms.mean_sq, grad_sq_norm(params), b_small, b_small * micro)
+        estimates.append(estimator.update(norms.mean_sq, grad_sq_norm(params), b_small, b_small * micro))
+    return estimates
 
 
 @pytest.mark.parametrize(("ema", "steps"), [(1.0, 600), (0.99, 1500)])
@@ -68,6 +73,22 @@ def test_estimator_recovers_closed_form_trace_and_gradient_norm(ema, steps):
     assert s["grad_sq"] == pytest.approx(g2, rel=0.10)
     assert s["trace_sigma"] == pytest.approx(trace, rel=0.10)
     assert s["b_simple"] == pytest.approx(trace / g2, rel=0.10)
+
+
+def test_b_simple_standard_error_matches_the_spread_of_repeated_measurements():
+    """The delta-method error of one 30-step measurement predicts how ln B_simple scatters over 40 repeats."""
+    dim, sigma, steps = 10, 0.5, 30
+    delta = torch.full((dim,), 0.3, dtype=torch.float64)
+    logs, predicted = [], []
+    for seed in range(40):
+        est = NoiseScaleEstimator(ema=1.0)
+        per_step = _measure(est, steps, dim, delta, sigma, b_small=8, micro=4, seed=seed)
+        logs.append(math.log(est.b_simple))
+        predicted.append(b_simple_log_sd([g for g, _ in per_step], [t for _, t in per_step]))
+    spread = statistics.stdev(logs)
+    assert 0.05 < spread < 1.0  # the test measures a real scatter, not round-off
+    assert statistics.median(predicted) == pytest.approx(spread, rel=0.35)
+    assert b_simple_log_sd([1.0], [2.0]) == math.inf and b_simple_log_sd([-1.0, -2.0], [3.0, 4.0]) == math.inf
 
 
 def test_estimator_state_round_trips_and_suggestions():
@@ -90,6 +111,7 @@ def test_cli_measures_a_phase(capsys, tmp_path):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["phase"] == "depth" and result["b_small"] == 8 and result["b_big"] == 32
     assert result["updates"] == 3 and result["trace_sigma"] > 0
+    assert result["b_simple_log_sd"] is None or result["b_simple_log_sd"] > 0
     assert result["current_global_batch"] == 16
 
     assert result["advice"] == batch_advice(16, result["b_simple"], result["train_images"])

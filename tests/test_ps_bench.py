@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import torch
 from conftest import TINY_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,3 +108,31 @@ def test_ablation_records_a_run_and_renders_the_docs_table_from_records(tmp_path
     assert page.startswith("intro\n") and page.endswith("outro\n") and "stale" not in page
     row = next(line for line in page.splitlines() if line.startswith("| b |"))
     assert f"{records[1]['subnets']['smallest']['ps']:.2f} ({records[1]['subnets']['smallest']['delta']:+.2f})" in row
+
+
+def test_sides_run_apart_fill_the_cache_of_the_full_report(tmp_path, capsys):
+    """Two processes (one per side, e.g. one per core) leave a cache the full report only reads."""
+    bench = _bench()
+    common = ["--recipe", str(TINY_RECIPE), "--seeds", "0", "--random", "0", "--scratch-epochs", "2"]
+    common += ["--lr-factors", "1", "--no-convergence", "--cache", str(tmp_path)]
+    threads = torch.get_num_threads()
+    try:
+        assert bench.main([*common, "--side", "scratch", "--subnets", "largest", "smallest", "--threads", "1"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    capsys.readouterr()
+    assert bench.main([*common, "--side", "scratch", "--subnets", "largest", "smallest", "--json"]) == 0
+    scratch = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert scratch["side"] == "scratch" and list(scratch["twins"]) == ["largest", "smallest"]
+    assert bench.main([*common, "--side", "ps", "--subnets", "largest", "smallest", "--json"]) == 0
+    ps = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert ps["side"] == "ps" and set(ps["top1"][0]) == {"largest", "smallest"}
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")}
+    assert bench.main([*common, "--subnets", "largest", "smallest", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")} == stamps  # nothing trained again
+    assert report["subnets"]["largest"]["ps_top1"] == ps["top1"][0]["largest"]
+    assert report["subnets"]["smallest"]["scratch"]["test_top1"] == scratch["twins"]["smallest"]["test_top1"]
+    assert bench.main([*common, "--subnets", "smallest", "--json"]) == 2  # the budget needs the largest
+    assert "--subnets" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 
 
@@ -55,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
             "use more --steps or a larger --accumulate)"
         )
         return 0
-    print(f"  critical batch size (B_simple) ≈ {b:.0f} images")
+    sd = result.b_simple_log_sd
+    spread = f" (68%: {b / math.exp(sd):.0f}-{b * math.exp(sd):.0f} over the steps)" if sd is not None else ""
+    print(f"  critical batch size (B_simple) ≈ {b:.0f} images{spread}")
     print(f"  {result.advice}")
     capped = " (capped at a quarter of the training set)" if result.suggested_batch * 1.5 < b else ""
     print(

@@ -9,6 +9,7 @@ averaged over the steps. The weights are a run's newest checkpoint or a fresh ne
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,14 @@ from ofa.errors import OFAError
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distributed import all_reduce_sum, average_gradients, process_group
 from ofa.train.loop import Trainer
-from ofa.train.noise_scale import NoiseScaleEstimator, batch_advice, grad_sq_norm, steps_factor, suggest_batch_size
+from ofa.train.noise_scale import (
+    NoiseScaleEstimator,
+    b_simple_log_sd,
+    batch_advice,
+    grad_sq_norm,
+    steps_factor,
+    suggest_batch_size,
+)
 from ofa.train.recipe import Recipe, load_recipe
 from ofa.train.sampling import step_seed, step_subnets
 
@@ -52,6 +60,7 @@ class NoiseScaleResult:
     b_small: int
     b_big: int
     b_simple: float | None  # None: |G|² estimate <= 0, the gradient is lost in the noise
+    b_simple_log_sd: float | None  # standard error of ln B_simple over the steps (None: not pinned down)
     trace_sigma: float
     grad_sq: float
     updates: int
@@ -120,6 +129,7 @@ def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> No
     estimator = NoiseScaleEstimator(ema=1.0)
     b_big = b * accumulate * env.world_size
     batches = _cycle(loader)
+    per_step: list[tuple[float, float]] = []
     trainer.net.train()
     for i in tqdm(range(steps), desc=f"noise scale {phase.name}", disable=None if env.is_main else True, leave=False):
         x, y = next(batches)
@@ -131,7 +141,9 @@ def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> No
         small = all_reduce_sum(torch.tensor(norms.mean_sq, dtype=torch.float64, device=trainer.device), env)
         average_gradients(trainer.params, env)
         scale = trainer.scaler.get_scale() if trainer.scaler.is_enabled() else 1.0
-        estimator.update(float(small) / env.world_size, grad_sq_norm(trainer.params, 1.0 / scale), b, b_big)
+        per_step.append(
+            estimator.update(float(small) / env.world_size, grad_sq_norm(trainer.params, 1.0 / scale), b, b_big)
+        )
     trainer.net.zero_grad(set_to_none=True)
     summary = estimator.summary()
     b_simple, images = summary["b_simple"], len(trainer.data.train)
@@ -144,6 +156,7 @@ def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> No
         b_small=b,
         b_big=b_big,
         **summary,
+        b_simple_log_sd=_finite(b_simple_log_sd([g for g, _ in per_step], [t for _, t in per_step])),
         current_global_batch=now,
         lr=lr,
         train_images=images,
@@ -151,6 +164,10 @@ def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> No
         suggested_lr=None if suggested is None else lr * steps_factor(now, suggested, b_simple),
         advice=batch_advice(now, b_simple, images),
     )
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _cycle(loader: torch.utils.data.DataLoader) -> Iterator[Any]:

@@ -37,6 +37,35 @@ class _Average:
         return self.num / self.den if self.den else None
 
 
+def unbiased_estimates(small_sq: float, big_sq: float, b_small: float, b_big: float) -> tuple[float, float]:
+    """(|G|², tr(Σ)) from one pair of squared gradient norms at batch sizes b_small < b_big."""
+    if not b_big > b_small > 0:
+        raise ValueError(f"need b_big > b_small > 0, got {b_big}, {b_small}")
+    g2 = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
+    trace = (small_sq - big_sq) / (1.0 / b_small - 1.0 / b_big)
+    return g2, trace
+
+
+def b_simple_log_sd(g2: list[float], trace: list[float]) -> float:
+    """Standard error of ln B_simple = ln(mean tr(Σ) / mean |G|²) over independent measurements.
+
+    The delta method on the ratio of two means: var ln(T̄/Ḡ) ≈ (s_T²/T̄² + s_G²/Ḡ² − 2 s_TG/(T̄Ḡ)) / n,
+    with the sample (co)variances of the per-measurement estimates. inf: fewer than two
+    measurements, or a mean |G|² that is not positive (the ratio is not pinned down).
+    """
+    n = len(g2)
+    if n < 2 or n != len(trace):
+        return math.inf
+    mg, mt = sum(g2) / n, sum(trace) / n
+    if mg <= 0 or mt <= 0:
+        return math.inf
+    var_g = sum((g - mg) ** 2 for g in g2) / (n - 1)
+    var_t = sum((t - mt) ** 2 for t in trace) / (n - 1)
+    cov = sum((g - mg) * (t - mt) for g, t in zip(g2, trace, strict=True)) / (n - 1)
+    var = (var_t / mt**2 + var_g / mg**2 - 2 * cov / (mt * mg)) / n
+    return math.sqrt(max(var, 0.0))
+
+
 class NoiseScaleEstimator:
     """Moving averages of the unbiased |G|² and tr(Σ) estimates, and their ratio B_simple."""
 
@@ -47,13 +76,14 @@ class NoiseScaleEstimator:
     def reset(self) -> None:
         self.g2, self.trace, self.updates = _Average(self.ema), _Average(self.ema), 0
 
-    def update(self, small_sq: float, big_sq: float, b_small: float, b_big: float) -> None:
-        """One measurement: mean squared norm of b_small-sample gradients and squared norm of their average."""
-        if not b_big > b_small > 0:
-            raise ValueError(f"need b_big > b_small > 0, got {b_big}, {b_small}")
-        self.g2.update((b_big * big_sq - b_small * small_sq) / (b_big - b_small))
-        self.trace.update((small_sq - big_sq) / (1.0 / b_small - 1.0 / b_big))
+    def update(self, small_sq: float, big_sq: float, b_small: float, b_big: float) -> tuple[float, float]:
+        """One measurement: mean squared norm of b_small-sample gradients and squared norm of their
+        average. Returns this measurement's own (|G|², tr(Σ)) estimates."""
+        g2, trace = unbiased_estimates(small_sq, big_sq, b_small, b_big)
+        self.g2.update(g2)
+        self.trace.update(trace)
         self.updates += 1
+        return g2, trace
 
     @property
     def b_simple(self) -> float | None:
