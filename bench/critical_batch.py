@@ -271,7 +271,8 @@ def report(
     ratio = fit.b_crit / b_simple if b_simple else None
     low, high = fit.interval()
     # ln(B_crit / B_simple): the fit's and the B_simple measurement's errors, independent, add in quadrature.
-    ratio_sd = math.hypot(fit.log_sd, noise["b_simple_log_sd"] if noise["b_simple_log_sd"] is not None else math.inf)
+    b_sd = noise["b_simple_log_sd"]
+    ratio_sd = math.hypot(fit.log_sd, b_sd) if ratio and b_sd is not None and math.isfinite(fit.log_sd) else None
     return {
         "recipe": sweep.recipe_path,
         "phase": recipe.phases[p].name,
@@ -289,13 +290,13 @@ def report(
         "b_crit_low": _sig(low),
         "b_crit_high": _sig(high),
         "b_simple": _sig(b_simple),
-        "b_simple_log_sd": _sig(noise["b_simple_log_sd"]),
+        "b_simple_log_sd": _sig(b_sd),
         "b_simple_at": f"reference run (batch {ref.batch}, lr {ref.lr}) at the target",
         "b_simple_measure": {k: _sig(noise[k]) for k in ("steps", "b_small", "b_big", "trace_sigma", "grad_sq")},
         "ratio": _sig(ratio),
-        "ratio_log_sd": _sig(ratio_sd) if math.isfinite(ratio_sd) else None,
-        "ratio_low": _sig(ratio / math.exp(ratio_sd)) if ratio and math.isfinite(ratio_sd) else None,
-        "ratio_high": _sig(ratio * math.exp(ratio_sd)) if ratio and math.isfinite(ratio_sd) else None,
+        "ratio_log_sd": _sig(ratio_sd),
+        "ratio_low": _sig(ratio / math.exp(ratio_sd)) if ratio_sd is not None else None,
+        "ratio_high": _sig(ratio * math.exp(ratio_sd)) if ratio_sd is not None else None,
         "in_goal": bool(ratio and GOAL[0] <= ratio <= GOAL[1]),
         "png": _shown(sweep.out_png),
         "seconds": round(seconds, 1),

@@ -16,6 +16,7 @@ costs a copy of the gradients, no extra forward or backward pass.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 import torch
@@ -59,10 +60,8 @@ def b_simple_log_sd(g2: list[float], trace: list[float]) -> float:
     mg, mt = sum(g2) / n, sum(trace) / n
     if mg <= 0 or mt <= 0:
         return math.inf
-    var_g = sum((g - mg) ** 2 for g in g2) / (n - 1)
-    var_t = sum((t - mt) ** 2 for t in trace) / (n - 1)
-    cov = sum((g - mg) * (t - mt) for g, t in zip(g2, trace, strict=True)) / (n - 1)
-    var = (var_t / mt**2 + var_g / mg**2 - 2 * cov / (mt * mg)) / n
+    var_g, var_t = statistics.variance(g2, mg), statistics.variance(trace, mt)
+    var = (var_t / mt**2 + var_g / mg**2 - 2 * statistics.covariance(g2, trace) / (mt * mg)) / n
     return math.sqrt(max(var, 0.0))
 
 
