@@ -156,6 +156,16 @@ def parse_data_config(value: Any, where: str = "data") -> DataConfig:
     return dataclasses.replace(cfg, root=str(root))
 
 
+def missing_dataset(data: Mapping[str, Any]) -> str | None:
+    """Why the files of a raw ``data:`` section are not on this machine (one line), or None.
+
+    For benchmarks that skip a recipe whose data is absent rather than fail on it.
+    """
+    if data.get("name") == "fashion_mnist":
+        return missing_fashion_mnist(Path(os.path.expanduser(data.get("root") or FASHION_MNIST_ROOT)))
+    return None
+
+
 def _torchvision_class(name: str) -> type | None:
     for attr in dir(tvd):
         obj = getattr(tvd, attr)

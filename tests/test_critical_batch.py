@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
+import yaml
+from conftest import TINY_RECIPE, load_bench_script
 
 from ofa.errors import OFAError
 from ofa.train.critical_batch import fit_tradeoff
 
+ROOT = Path(__file__).resolve().parents[1]
 BATCHES = np.array([16, 32, 64, 128, 256, 512, 1024], dtype=float)
 
 
@@ -44,3 +50,19 @@ def test_fit_rejects_too_few_or_degenerate_points():
         fit_tradeoff([10.0, 20.0, 30.0], [640.0, 1280.0, 1920.0])
     with pytest.raises(OFAError, match="positive"):
         fit_tradeoff([10.0, 0.0, 30.0], [160.0, 320.0, 1920.0])
+
+
+def test_bench_skips_missing_data_and_refuses_a_data_set_without_a_fixed_target(tmp_path, capsys):
+    bench = load_bench_script("critical_batch")
+    fashion = yaml.safe_load((ROOT / "recipes" / "fashion_mnist.yaml").read_text())
+    fashion["data"]["root"] = str(tmp_path)  # no Fashion-MNIST files there
+    recipe = tmp_path / "fashion.yaml"
+    recipe.write_text(yaml.safe_dump(fashion))
+    assert bench.main([str(recipe), "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("critical_batch: skipped: ") and "dataset-fashion-mnist" in lines[0]
+    assert json.loads(lines[-1])["skipped"] and not list(tmp_path.glob("*.png"))
+
+    assert bench.main([str(TINY_RECIPE), "--out", str(tmp_path / "c.png")]) == 2  # synthetic data: no target
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'synthetic'" in err and "--target" in err

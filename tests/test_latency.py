@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +13,7 @@ import onnx
 import pytest
 import torch
 import yaml
+from conftest import load_bench_script
 
 from ofa.cli import main
 from ofa.deploy import lut_build, lut_check
@@ -352,15 +352,8 @@ def test_export_measurement_is_standalone_whatever_built_the_table(space):
     assert fast.samples == FAST.blocks and fast.mean_ms > 0
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("standalone_latency", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_bench_plain_loop_is_its_own_timer_around_session_run(monkeypatch):
-    bench = load_bench()
+    bench = load_bench_script("standalone_latency")
     imported = {node.module for node in ast.walk(ast.parse(BENCH.read_text())) if isinstance(node, ast.ImportFrom)}
     assert "search.latency" in imported and not imported & {"ofa.deploy.timing", "ofa.deploy.runtimes"}
     now, durations, runs = [0.0], iter([1.0] * 3 + [0.002, 0.001, 0.009, 0.001, 0.003]), []

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import torch
-from conftest import TINY_RECIPE
+from conftest import TINY_RECIPE, load_bench_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _bench():
-    return _load("ps_vs_scratch")
+    return load_bench_script("ps_vs_scratch")
 
 
 def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
@@ -52,19 +42,29 @@ def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
         assert len(row["ps_seeds"]) == 2 and len(scratch["seeds"]) == 2 and set(scratch["grid"]) == {"0.05", "0.1"}
         assert abs(row["delta"] - (row["ps_top1"] - scratch["test_top1"])) < 1e-9
         assert scratch["seconds"] > 0 and scratch["train_images"] == 2 * (report["train_images"] // 16) * 16
-        assert "converged" in scratch and "test_top1_2x" in scratch
+        longer = scratch["longer"]  # the convergence ladder: 4 epochs, then 8 only if 4 gained > 0.3 points
+        assert list(longer)[:1] == ["4"] and scratch["test_top1_2x"] == longer["4"] and len(longer) <= 2
+        assert ("8" in longer) == (longer["4"] - scratch["seeds"][0] > 0.3)
+        assert scratch["bar"] == max(scratch["test_top1"], *longer.values())
+        assert abs(row["delta_bar"] - (row["ps_top1"] - scratch["bar"])) < 1e-9
+    assert report["within_target"] == all(r["delta_bar"] >= -0.5 for r in report["subnets"].values())
     macs = {n: r["macs"] for n, r in report["subnets"].items()}
     assert macs["smallest"] <= macs["middle"] <= macs["largest"]
     assert report["ps_seconds"] > 0 and report["ps_train_images"] > report["train_images"]
-    assert report["within_budget"] == (report["ps_seconds"] <= 4 * report["subnets"]["largest"]["scratch"]["seconds"])
-    # 2 supernets + (2 grid + 1 other seed + 1 at 2x epochs) x 4 subnets, each cached as JSON
+    largest, basis = report["subnets"]["largest"]["scratch"], report["budget_basis"]
+    # the budget divides by the largest twin's run at its converged epoch count (or its longest run)
+    expected = largest["converged_epochs"] or max(map(int, largest["longer"]))
+    assert basis["epochs"] == expected
+    assert basis["seconds"] == (largest["seconds"] if expected == 2 else largest["longer_cost"][str(expected)][0])
+    assert report["within_budget"] == (report["ps_seconds"] <= 4 * basis["seconds"])
+    # 2 supernets + (2 grid + 1 other seed + the longer runs) x 4 subnets, each cached as JSON
     cached = sorted(tmp_path.rglob("*.json"))
-    assert len(cached) == 2 + 4 * 4
+    assert len(cached) == 2 + sum(3 + len(r["scratch"]["longer"]) for r in report["subnets"].values())
     stamps = {p: p.stat().st_mtime_ns for p in cached}
     assert bench.main(argv) == 0  # a rerun trains nothing and reports the same figures
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again == report and {p: p.stat().st_mtime_ns for p in sorted(tmp_path.rglob("*.json"))} == stamps
-    table = _load("run_all")._ps_table(report)  # how bench/RESULTS.md shows it
+    table = load_bench_script("run_all")._ps_table(report)  # how bench/RESULTS.md shows it
     assert [line.split(" | ")[0] for line in table[2:6]] == ["| smallest", "| middle", "| largest", "| random_1"]
     assert f"{report['subnets']['largest']['delta']:+.2f}" in table[4] and "budget 4" in table[-1]
 
@@ -81,7 +81,7 @@ def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):
 
 def test_ablation_records_a_run_and_renders_the_docs_table_from_records(tmp_path, monkeypatch, capsys):
     _bench()
-    ablation = _load("ps_ablation")
+    ablation = load_bench_script("ps_ablation")
     monkeypatch.setattr(ablation, "RECORDS", tmp_path / "records.json")
     monkeypatch.setattr(ablation, "DOC", tmp_path / "page.md")
     (tmp_path / "page.md").write_text(f"intro\n{ablation.BEGIN}\nstale\n{ablation.END}\noutro\n")

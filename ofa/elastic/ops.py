@@ -49,25 +49,29 @@ class ElasticDepthwiseConv2d(nn.Module):
                 for big, small in zip(self.kernels, self.kernels[1:])
             }
         )
-        # Constants of the folded transform chain (buffers so they follow the module's device).
-        self.register_buffer("identity", torch.eye(big * big), persistent=False)
+        # 0/1 matrices picking each centre window (buffers so they follow the module's device).
         for size, small in zip(self.kernels, self.kernels[1:]):
-            self.register_buffer(f"centre_{size}to{small}", _centre_index(size, small), persistent=False)
+            self.register_buffer(f"centre_{size}to{small}", _centre_selection(size, small), persistent=False)
 
     def kernel_matrix(self, kernel: int) -> torch.Tensor:
         """The (k², K²) matrix taking a flattened largest kernel to its transformed k×k kernel.
 
         Crop-then-transform at each size is linear, so the chain folds into one small matrix built
         from the transforms alone; all channels then take a single matmul, and backward needs no
-        crops, copies or zero-filled gradients of intermediate kernels.
+        crops, copies or zero-filled gradients of intermediate kernels. Crops are products with
+        constant 0/1 matrices (exact, as each row picks one entry): an ``index_select`` there costs
+        a scatter in backward that is slow beside a tiny matmul when threads are busy.
         """
-        matrix, size = self.identity, self.kernels[0]
+        matrix: torch.Tensor | None = None
+        size = self.kernels[0]
         for small in self.kernels[1:]:
             if kernel > small:
                 break
             key = f"{size}to{small}"
-            matrix = torch.mm(self.transforms[key], matrix.index_select(0, getattr(self, f"centre_{key}")))
+            crop = getattr(self, f"centre_{key}")
+            matrix = torch.mm(self.transforms[key], crop if matrix is None else torch.mm(crop, matrix))
             size = small
+        assert matrix is not None, f"kernel {kernel} is not one of {self.kernels[1:]}"
         return matrix
 
     def active_weight(self, channels: int, kernel: int) -> torch.Tensor:
@@ -82,10 +86,11 @@ class ElasticDepthwiseConv2d(nn.Module):
         return F.conv2d(x, self.active_weight(channels, kernel), None, self.stride, kernel // 2, 1, channels)
 
 
-def _centre_index(size: int, small: int) -> torch.Tensor:
-    """Flat positions of the centre small×small window in a size×size kernel, row-major."""
+def _centre_selection(size: int, small: int) -> torch.Tensor:
+    """The (small², size²) 0/1 matrix taking a flattened size×size kernel to its centre small×small window."""
     start = (size - small) // 2
-    return torch.arange(size * size).view(size, size)[start : start + small, start : start + small].reshape(-1)
+    picked = torch.arange(size * size).view(size, size)[start : start + small, start : start + small].reshape(-1)
+    return torch.eye(size * size)[picked]
 
 
 class ElasticBatchNorm2d(nn.BatchNorm2d):
