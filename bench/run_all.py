@@ -287,7 +287,8 @@ def _ps_table(result: dict) -> list[str]:
         f"PS run {result['ps_seconds']:.0f} s ({result['ps_train_images']:,} subnet-images); largest subnet "
         f"from scratch at its converged epoch count ({basis['epochs']}) {basis['seconds']:.0f} s "
         f"({largest['train_images'] // largest['epochs'] * basis['epochs']:,} images); PS / scratch-largest "
-        f"{result['ps_seconds'] / basis['seconds']:.2f} (budget 4). Within 0.5 points of the best twin "
+        f"{result['ps_seconds'] / basis['seconds']:.2f} (budget 4; in CPU time {_cell(result['cpu_ratio'])}). "
+        "Within 0.5 points of the best twin "
         f"everywhere: {'yes' if result['within_target'] else 'no'}; scratch converged: "
         f"{'yes' if result['scratch_converged'] else 'no'}.",
     ]
