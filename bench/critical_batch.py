@@ -46,6 +46,7 @@ from ofa.train.critical_batch import TradeoffFit, fit_tradeoff
 from ofa.train.distributed import DistEnv, process_group
 from ofa.train.loop import Trainer
 from ofa.train.noise_measure import NoiseMeasureConfig, measure_phase_noise
+from ofa.train.noise_scale import log_interval
 from ofa.train.recipe import Recipe, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -277,6 +278,7 @@ def report(
     # ln(B_crit / B_simple): the fit's and the B_simple measurement's errors, independent, add in quadrature.
     b_sd = noise["b_simple_log_sd"]
     ratio_sd = math.hypot(fit.log_sd, b_sd) if ratio and b_sd is not None and math.isfinite(fit.log_sd) else None
+    ratio_low, ratio_high = log_interval(ratio, ratio_sd) if ratio_sd is not None else (None, None)
     return {
         "recipe": sweep.recipe_path,
         "phase": recipe.phases[p].name,
@@ -299,8 +301,8 @@ def report(
         "b_simple_measure": {k: _sig(noise[k]) for k in ("steps", "b_small", "b_big", "trace_sigma", "grad_sq")},
         "ratio": _sig(ratio),
         "ratio_log_sd": _sig(ratio_sd),
-        "ratio_low": _sig(ratio / math.exp(ratio_sd)) if ratio_sd is not None else None,
-        "ratio_high": _sig(ratio * math.exp(ratio_sd)) if ratio_sd is not None else None,
+        "ratio_low": _sig(ratio_low),
+        "ratio_high": _sig(ratio_high),
         "in_goal": bool(ratio and GOAL[0] <= ratio <= GOAL[1]),
         "png": _shown(sweep.out_png),
         "seconds": round(seconds, 1),

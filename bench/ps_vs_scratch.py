@@ -434,8 +434,8 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, bool]:
     p.add_argument("--threads", type=int, help="torch threads (e.g. 1 each for two processes on two cores)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     a = p.parse_args(argv)
-    if len(a.seeds) < 1 or (a.scratch_epochs is not None and a.scratch_epochs < 2) or a.random < 0:
-        p.error("need at least one seed, --scratch-epochs >= 2 and --random >= 0")
+    if len(a.seeds) < 1 or (a.scratch_epochs is not None and a.scratch_epochs < 2) or min(a.random, a.doublings) < 0:
+        p.error("need at least one seed, --scratch-epochs >= 2, --random >= 0 and --doublings >= 0")
     return BenchConfig(
         recipe=a.recipe,
         overrides=tuple(a.set),

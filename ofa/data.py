@@ -135,7 +135,7 @@ def parse_data_config(value: Any, where: str = "data") -> DataConfig:
     if cfg.name in ("digits", "synthetic"):
         return cfg
     if cfg.name == "fashion_mnist":
-        root = Path(os.path.expanduser(cfg.root or FASHION_MNIST_ROOT)).absolute()
+        root = _fashion_mnist_root(cfg.root)
         problem = missing_fashion_mnist(root)
         if problem:
             fail("root", problem)
@@ -162,8 +162,13 @@ def missing_dataset(data: Mapping[str, Any]) -> str | None:
     For benchmarks that skip a recipe whose data is absent rather than fail on it.
     """
     if data.get("name") == "fashion_mnist":
-        return missing_fashion_mnist(Path(os.path.expanduser(data.get("root") or FASHION_MNIST_ROOT)))
+        return missing_fashion_mnist(_fashion_mnist_root(data.get("root")))
     return None
+
+
+def _fashion_mnist_root(root: str | None) -> Path:
+    """The folder a recipe's Fashion-MNIST ``root`` names (the Debian package's when null)."""
+    return Path(os.path.expanduser(root or FASHION_MNIST_ROOT)).absolute()
 
 
 def _torchvision_class(name: str) -> type | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 
 
@@ -36,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ofa.train.noise_measure import NoiseMeasureConfig, measure_noise_scale_file
+    from ofa.train.noise_scale import log_interval
 
     cfg = NoiseMeasureConfig(steps=args.steps, accumulate=args.accumulate, phase=args.phase)
     result = measure_noise_scale_file(args.recipe, cfg, args.overrides, args.run)
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     sd = result.b_simple_log_sd
-    spread = f" (68%: {b / math.exp(sd):.0f}-{b * math.exp(sd):.0f} over the steps)" if sd is not None else ""
+    spread = " (68%: {:.0f}-{:.0f} over the steps)".format(*log_interval(b, sd)) if sd is not None else ""
     print(f"  critical batch size (B_simple) ≈ {b:.0f} images{spread}")
     print(f"  {result.advice}")
     capped = " (capped at a quarter of the training set)" if result.suggested_batch * 1.5 < b else ""

@@ -22,6 +22,7 @@ import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
 
 from ofa.errors import OFAError
+from ofa.train.noise_scale import log_interval
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,7 @@ class TradeoffFit:
 
     def interval(self, z: float = 1.0) -> tuple[float, float]:
         """B_crit · exp(∓z·log_sd): z = 1 is the 68% interval, 2 about 95%."""
-        spread = math.exp(z * self.log_sd) if math.isfinite(self.log_sd) else math.inf
-        return self.b_crit / spread, self.b_crit * spread
+        return log_interval(self.b_crit, self.log_sd, z)
 
     def steps(self, batch: float) -> float:
         """Steps to the target at ``batch`` on the fitted curve."""

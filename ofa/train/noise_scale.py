@@ -47,6 +47,12 @@ def unbiased_estimates(small_sq: float, big_sq: float, b_small: float, b_big: fl
     return g2, trace
 
 
+def log_interval(value: float, log_sd: float, z: float = 1.0) -> tuple[float, float]:
+    """value · exp(∓z·log_sd), the interval of a log-normal estimate: z = 1 is 68%, 2 about 95%."""
+    spread = math.exp(z * log_sd) if math.isfinite(log_sd) else math.inf
+    return value / spread, value * spread
+
+
 def b_simple_log_sd(g2: list[float], trace: list[float]) -> float:
     """Standard error of ln B_simple = ln(mean tr(Σ) / mean |G|²) over independent measurements.
 
