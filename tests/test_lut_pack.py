@@ -181,6 +181,16 @@ def test_runner_build_times_each_packed_model_with_a_command(tmp_path, monkeypat
     assert rc == 0 and set(LatencyTable.load(tmp_path / "cli.yaml").entries) == set(table.entries)
 
 
+def test_runner_build_of_some_resolutions_packs_and_times_only_those(tmp_path):
+    space = tiny_space(kernels=(3,), expands=(2,), depths=(1,), resolutions=(12, 16))
+    folder = tmp_path / "pack"
+    pack = PackConfig(folder, "onnx", resolutions=(16,), calibrate=2, progress=False)
+    cfg = RunnerBuildConfig(tmp_path / "t.yaml", CommandRunner(TIMER, r"median: (?P<ms>[\d.]+) ms"), pack, blocks=1)
+    table = build_with_runner(space, cfg)
+    assert tuple(table.resolutions) == (16,) and not any("in=12x12" in key for key in table.entries)
+    assert build_with_runner(space, cfg).entries.keys() == table.entries.keys()  # the pack is reused
+
+
 def test_benchmark_app_output_is_read_precisely():
     text = (FIXTURES / "benchmark_app_output.txt").read_text()  # recorded: benchmark_app -api sync -niter 200
     median = CommandRunner("benchmark_app -m {model}", r"Median:\s+(?P<value>[\d.]+) (?P<unit>ms|us)")

@@ -95,6 +95,11 @@ def _models(space: SearchSpace, cfg: PackConfig) -> list[_Model]:
     return out
 
 
+def packed_space(space: SearchSpace, cfg: PackConfig) -> SearchSpace:
+    """The space a pack covers: ``space`` at the pack's resolutions (its fingerprint is the manifest's)."""
+    return replace(space, resolutions=tuple(sorted(set(cfg.resolutions or space.resolutions))))
+
+
 def pack_models(space: SearchSpace, cfg: PackConfig) -> Path:
     """Write every model a table of ``space`` needs into ``cfg.out`` (a new folder); the manifest's path.
 
@@ -102,7 +107,7 @@ def pack_models(space: SearchSpace, cfg: PackConfig) -> Path:
     """
     if cfg.out.exists() and (not cfg.out.is_dir() or any(cfg.out.iterdir())):
         raise OFAError(f"{cfg.out}: exists and is not an empty folder; choose another --out")
-    space = replace(space, resolutions=tuple(sorted(set(cfg.resolutions or space.resolutions))))
+    space = packed_space(space, cfg)
     models = _models(space, cfg)
     cfg.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{cfg.out.name}.", dir=cfg.out.parent))

@@ -22,7 +22,15 @@ from tqdm import tqdm
 from ofa.deploy import formats
 from ofa.deploy.external_runner import CommandRunner, time_with_command
 from ofa.deploy.lut_check import CheckResult, sample_check_archs, summarize_errors
-from ofa.deploy.lut_pack import MANIFEST, ImportConfig, PackConfig, import_timings, pack_models, read_manifest
+from ofa.deploy.lut_pack import (
+    MANIFEST,
+    ImportConfig,
+    PackConfig,
+    import_timings,
+    pack_models,
+    packed_space,
+    read_manifest,
+)
 from ofa.deploy.timing import Stats
 from ofa.errors import OFAError
 from ofa.io import write_json, write_text
@@ -55,6 +63,7 @@ def build_with_runner(space: SearchSpace, cfg: RunnerBuildConfig) -> LatencyTabl
     folder = cfg.pack.out
     if not (folder / MANIFEST).is_file():
         pack_models(space, cfg.pack)
+    space = packed_space(space, cfg.pack)
     manifest = read_manifest(folder)
     if manifest["space_fingerprint"] != space.fingerprint() or manifest["model_format"] != cfg.pack.format:
         raise OFAError(

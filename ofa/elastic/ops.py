@@ -49,30 +49,34 @@ class ElasticDepthwiseConv2d(nn.Module):
                 for big, small in zip(self.kernels, self.kernels[1:])
             }
         )
-        # 0/1 matrices picking each centre window (buffers so they follow the module's device).
-        for size, small in zip(self.kernels, self.kernels[1:]):
-            self.register_buffer(f"centre_{size}to{small}", _centre_selection(size, small), persistent=False)
 
     def kernel_matrix(self, kernel: int) -> torch.Tensor:
         """The (k², K²) matrix taking a flattened largest kernel to its transformed k×k kernel.
 
         Crop-then-transform at each size is linear, so the chain folds into one small matrix built
         from the transforms alone; all channels then take a single matmul, and backward needs no
-        crops, copies or zero-filled gradients of intermediate kernels. Crops are products with
-        constant 0/1 matrices (exact, as each row picks one entry): an ``index_select`` there costs
-        a scatter in backward that is slow beside a tiny matmul when threads are busy.
+        crops, copies or zero-filled gradients of intermediate kernels. Crops are views of the small
+        matrices (a centre window of rows, then zero columns padded around the first crop), not
+        gathers or products with 0/1 matrices: each tiny matmul or scatter costs a threaded kernel
+        launch in backward, which is what the elastic step paid for beside its static twin.
         """
-        matrix: torch.Tensor | None = None
-        size = self.kernels[0]
+        big, first = self.kernels[0], self.kernels[1]
+        matrix: torch.Tensor | None = None  # (small², first²): acts on the largest kernel's first² centre
+        size = big
         for small in self.kernels[1:]:
             if kernel > small:
                 break
-            key = f"{size}to{small}"
-            crop = getattr(self, f"centre_{key}")
-            matrix = torch.mm(self.transforms[key], crop if matrix is None else torch.mm(crop, matrix))
+            transform = self.transforms[f"{size}to{small}"]
+            if matrix is None:
+                matrix = transform
+            else:
+                start = (size - small) // 2
+                window = matrix.view(size, size, -1)[start : start + small, start : start + small]
+                matrix = torch.mm(transform, window.reshape(small * small, -1))
             size = small
         assert matrix is not None, f"kernel {kernel} is not one of {self.kernels[1:]}"
-        return matrix
+        margin = (big - first) // 2
+        return F.pad(matrix.view(-1, first, first), (margin,) * 4).view(kernel * kernel, big * big)
 
     def active_weight(self, channels: int, kernel: int) -> torch.Tensor:
         weight = self.weight[:channels]  # a view: the prefix of a contiguous tensor is contiguous
@@ -84,13 +88,6 @@ class ElasticDepthwiseConv2d(nn.Module):
     def forward(self, x: torch.Tensor, kernel: int) -> torch.Tensor:
         channels = x.shape[1]
         return F.conv2d(x, self.active_weight(channels, kernel), None, self.stride, kernel // 2, 1, channels)
-
-
-def _centre_selection(size: int, small: int) -> torch.Tensor:
-    """The (small², size²) 0/1 matrix taking a flattened size×size kernel to its centre small×small window."""
-    start = (size - small) // 2
-    picked = torch.arange(size * size).view(size, size)[start : start + small, start : start + small].reshape(-1)
-    return torch.eye(size * size)[picked]
 
 
 class ElasticBatchNorm2d(nn.BatchNorm2d):
