@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # the default sweep reaches with some rate of its grid well inside --max-epochs. Fashion-MNIST's was set
 # from one pilot run at batch 512 (its rate x1 of the grid), which crossed it about halfway to 16 epochs.
 TARGET_VAL_LOSS = {"digits": 0.35, "fashion_mnist": 0.45}
-LR_FACTORS = (0.5, 1.0, 2.0)  # around the recipe's rate scaled by sqrt(B / recipe batch)
+LR_FACTORS = (0.5, 1.0, 2.0)  # default grid around the recipe's rate scaled by sqrt(B / recipe batch)
 CHECK_RATIO = 1.08  # evaluate when the examples seen pass the next point of this geometric grid
 GOAL = (0.5, 2.0)  # B_crit / B_simple
 
@@ -73,6 +73,11 @@ class Sweep:
     noise_steps: int
     noise_accumulate: int
     out_png: Path
+    lr_factors: tuple[float, ...] = LR_FACTORS
+
+    def __post_init__(self) -> None:
+        if not self.lr_factors or min(self.lr_factors) <= 0:
+            raise OFAError(f"--lr-factors: need positive factors, got {list(self.lr_factors)}")
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,7 @@ def plot(path: Path, best: list[Run], others: list[Run], fit: TradeoffFit, b_sim
 def sweep_runs(sweep: Sweep, p: int, state: dict | None, ref_batch: int, base_lr: float) -> tuple[list, dict]:
     runs, ref_weights = [], {}
     for batch in sweep.batches:
-        for f in LR_FACTORS:
+        for f in sweep.lr_factors:
             lr = round(base_lr * math.sqrt(batch / ref_batch) * f, 5)
             run, weights = train_to_target(sweep, p, state, batch, lr)
             print(
@@ -249,6 +254,17 @@ def main_sweep(sweep: Sweep) -> dict:
     return report(sweep, recipe, p, runs, chosen, fit, noise, time.perf_counter() - start)
 
 
+def grid_edge_batches(runs: list[Run], chosen: list[Run]) -> list[int]:
+    """Batch sizes whose best rate is the lowest or highest of their grid: the grid may not bracket the
+    optimum there, and a better rate outside it would change that batch's steps (and so B_crit)."""
+    edges = []
+    for best in chosen:
+        rates = [r.lr for r in runs if r.batch == best.batch]
+        if len(rates) > 1 and best.lr in (min(rates), max(rates)):
+            edges.append(best.batch)
+    return edges
+
+
 def _sig(x: float | None, digits: int = 3) -> float | None:
     """``x`` to ``digits`` significant figures (None and inf as they are)."""
     return x if x is None or not math.isfinite(x) or x == 0 else round(x, digits - 1 - math.floor(math.log10(abs(x))))
@@ -286,9 +302,10 @@ def report(
         "examples_are": f"training images, each through the step's {recipe.phases[p].subnets_per_step} subnet(s)",
         "micro_batch": sweep.micro,
         "runs_are": "[batch, lr, steps to target (null: not reached)]",
-        "lr_grid": "recipe lr x sqrt(B / recipe batch) x " + str(list(LR_FACTORS)),
+        "lr_grid": "recipe lr x sqrt(B / recipe batch) x " + str(list(sweep.lr_factors)),
         "runs": [[r.batch, r.lr, r.steps] for r in runs],
         "best_lr": {r.batch: r.lr for r in chosen},
+        "best_lr_at_grid_edge": grid_edge_batches(runs, chosen),
         "s_min": _sig(fit.s_min),
         "e_min": _sig(fit.e_min),
         "b_crit": _sig(fit.b_crit),
@@ -323,6 +340,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--phase", help="phase to measure (default: the first, the full network)")
     ap.add_argument("--run", help="run folder whose newest checkpoint gives the starting weights (later phases)")
     ap.add_argument("--batches", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512])
+    ap.add_argument(
+        "--lr-factors",
+        type=float,
+        nargs="+",
+        default=list(LR_FACTORS),
+        help=f"rates tried per batch size, factors of the recipe's rate x sqrt(B / recipe batch) ({list(LR_FACTORS)})",
+    )
     ap.add_argument("--micro", type=int, default=16, help="images per micro-batch at every batch size (default 16)")
     ap.add_argument("--target", type=float, help=f"val loss (default: per data set, {TARGET_VAL_LOSS})")
     ap.add_argument("--max-epochs", type=int, default=40)
@@ -345,6 +369,7 @@ def sweep_of(args: argparse.Namespace) -> Sweep:
         args.noise_steps,
         args.noise_accumulate,
         Path(args.out),
+        tuple(args.lr_factors),
     )
 
 

@@ -66,3 +66,29 @@ def test_bench_skips_missing_data_and_refuses_a_data_set_without_a_fixed_target(
     assert bench.main([str(TINY_RECIPE), "--out", str(tmp_path / "c.png")]) == 2  # synthetic data: no target
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "'synthetic'" in err and "--target" in err
+
+
+def test_bench_flags_batches_whose_best_rate_is_at_the_grid_edge_and_refuses_bad_factors(tmp_path, capsys):
+    bench = load_bench_script("critical_batch")
+    runs = [
+        bench.Run(b, lr, steps, None if steps is None else b * steps, "")
+        for b, lr, steps in [
+            (16, 0.1, 90),
+            (16, 0.2, 80),
+            (16, 0.4, 85),  # best inside: bracketed
+            (64, 0.2, 30),
+            (64, 0.4, 35),
+            (64, 0.8, 40),  # best at the lowest rate
+            (256, 0.4, None),
+            (256, 0.8, 20),
+            (256, 1.6, 12),
+        ]
+    ]  # best at the highest
+    chosen = [runs[1], runs[3], runs[8]]
+    assert bench.grid_edge_batches(runs, chosen) == [64, 256]
+    assert bench.grid_edge_batches(runs[:1], runs[:1]) == []  # a single rate has no edge to speak of
+
+    args = [str(TINY_RECIPE), "--target", "1.0", "--lr-factors", "0.5", "0", "--out", str(tmp_path / "c.png")]
+    assert bench.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--lr-factors" in err and not list(tmp_path.glob("*.png"))
