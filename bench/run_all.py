@@ -25,6 +25,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))  # the ofa package of this checkout, installed or not
+
+from ofa.deploy.pack_readme import TOOLS  # noqa: E402
+from ofa.io import write_json, write_text  # noqa: E402
+
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
@@ -58,14 +63,9 @@ def critical_batch_bench(recipe: str, args: list[str], meaning: str) -> Benchmar
     )
 
 
-# OpenVINO's benchmark tool as a --runner: 1 thread, sync, and the throughput line (2 decimals of fps) read
-# rather than the median line, which rounds to 0.01 ms.
-BENCHMARK_APP = "benchmark_app -m {model} -d CPU -hint none -nstreams 1 -nthreads 1 -api sync -niter 200"
-BENCHMARK_APP_FPS = r"Throughput:\s+(?P<fps>[\d.]+) FPS"
-
-
-def lut_check_bench(table: str, n: int, extra: list[str], out: str, meaning: str) -> Benchmark:
-    """``ofa lut check`` of a shipped table at 160 and 224 px, figures into ``out``; the quick form checks 5 subnets."""
+def lut_check_bench(table: str, n: int, extra: list[str], meaning: str) -> Benchmark:
+    """``ofa lut check`` of a shipped table at 160 and 224 px; the quick form checks 5 subnets."""
+    out = f"runs/bench/lut_check/{Path(table).stem}"
 
     def command(subnets: int) -> list[str]:
         return ["-m", "ofa", "lut", "check", f"latency_tables/{table}", "--resolutions", "160", "224", "--n",
@@ -78,6 +78,9 @@ def lut_check_bench(table: str, n: int, extra: list[str], out: str, meaning: str
         {"within_10pct": "share within ±10%", "mape": "MAPE", "spearman": "Spearman"},
         on_request=True,
     )
+
+
+BENCHMARK_APP = TOOLS["openvino"]  # (what, command, regex) as a pack's README gives it
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -121,7 +124,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         "mbv3_ort-cpu_t1_b1.yaml",
         50,
         [],
-        "runs/bench/lut_check",
         "shipped mbv3 table vs 50 measured whole subnets per resolution (target ≥ 90% within ±10%, "
         "Spearman ≥ 0.95 per resolution)",
     ),
@@ -129,7 +131,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         "mbv3_openvino-cpu_t1_b1.yaml",
         30,
         ["--max-noise", "12"],
-        "runs/bench/lut_check/mbv3_openvino-cpu_t1_b1",
         "the same for the shipped OpenVINO (CPU plugin, 1 thread) mbv3 table, 30 subnets per resolution (its "
         "whole-subnet timings drift more than ONNX Runtime's here: built and judged at --max-noise 12)",
     ),
@@ -137,14 +138,12 @@ BENCHMARKS: dict[str, Benchmark] = {
         "mbv3_executorch-xnnpack_t1_b1.yaml",
         30,
         [],
-        "runs/bench/lut_check/mbv3_executorch-xnnpack_t1_b1",
         "the same for the shipped ExecuTorch (XNNPACK delegate, 1 thread) mbv3 table, 30 subnets per resolution",
     ),
     "lut_check_mbv3_benchmark_app": lut_check_bench(
         "mbv3_openvino-cpu-benchmark-app_t1_b1.yaml",
         30,
-        ["--runner", BENCHMARK_APP, "--runner-regex", BENCHMARK_APP_FPS],
-        "runs/bench/lut_check/mbv3_openvino-cpu-benchmark-app_t1_b1",
+        ["--runner", BENCHMARK_APP[1], "--runner-regex", BENCHMARK_APP[2]],
         "a table timed by OpenVINO's own `benchmark_app` through `ofa lut build --runner` (160 and 224 px), "
         "judged against the same tool's timings of 30 whole subnets per resolution",
     ),
@@ -385,9 +384,6 @@ def main() -> int:
     parser.add_argument("--render", action="store_true", help="only re-render from results.json")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
-    from ofa.io import write_json, write_text
-
     store = HERE / "results.json"
     names = [] if args.render else args.only or [n for n, b in BENCHMARKS.items() if not b.on_request]
     runs = [run_one(name, args.quick) for name in names]
