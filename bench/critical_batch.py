@@ -3,7 +3,9 @@
 For one phase (default: the first, which trains the full network, one subnet per step) the
 recipe's trainer trains from the same starting weights to a fixed target at each batch size of a
 sweep, with a small grid of constant learning rates per batch size (the best of them counts),
-and records the optimizer steps S and examples E = B·S to the target. The fit S = S_min + E_min/B
+and records the optimizer steps S and examples E = B·S to the target. Each batch size starts with
+the rate factor that was best at the previous one; a later rate stops once it has taken as many steps
+as the best so far, since it can no longer win (the best per batch size is the same as without stopping). The fit S = S_min + E_min/B
 (`ofa.train.critical_batch`) gives B_crit = E_min/S_min. B_simple is measured by the trainer's
 own estimator (`ofa.train.noise_measure`) at the weights where the reference run (the recipe's
 batch size, its best learning rate) first reached the target, with the learning rate at zero.
@@ -135,8 +137,14 @@ def val_loss(trainer: Trainer, p: int) -> float:
     return loss
 
 
-def train_to_target(sweep: Sweep, p: int, state: dict | None, batch: int, lr: float) -> tuple[Run, dict | None]:
-    """Steps and examples until the target (checked on the example grid); the weights there."""
+def train_to_target(
+    sweep: Sweep, p: int, state: dict | None, batch: int, lr: float, max_steps: int | None = None
+) -> tuple[Run, dict | None]:
+    """Steps and examples until the target (checked on the example grid); the weights there.
+
+    A run still short of the target after ``max_steps`` (the best run so far at this batch size)
+    stops there: it could no longer be the best, and a slow rate would otherwise train to the limit.
+    """
     recipe = run_recipe(sweep, batch, lr)
     with process_group("cpu") as env:
         trainer = new_trainer(recipe, p, state, env)
@@ -152,12 +160,13 @@ def train_to_target(sweep: Sweep, p: int, state: dict | None, batch: int, lr: fl
                 except OFAError:
                     return Run(batch, lr, None, None, "diverged"), None
                 step += 1
-                if step * batch < next_check:
-                    continue
-                while next_check <= step * batch:
-                    next_check *= CHECK_RATIO
-                if val_loss(trainer, p) <= sweep.target:
-                    return Run(batch, lr, step, step * batch, "reached"), copy.deepcopy(trainer.net.state_dict())
+                if step * batch >= next_check:
+                    while next_check <= step * batch:
+                        next_check *= CHECK_RATIO
+                    if val_loss(trainer, p) <= sweep.target:
+                        return Run(batch, lr, step, step * batch, "reached"), copy.deepcopy(trainer.net.state_dict())
+                if max_steps is not None and step >= max_steps:
+                    return Run(batch, lr, None, None, f"stopped at {step} steps, the best so far"), None
         return Run(batch, lr, None, None, f"not reached in {sweep.max_epochs} epochs"), None
 
 
@@ -211,11 +220,16 @@ def plot(path: Path, best: list[Run], others: list[Run], fit: TradeoffFit, b_sim
 
 
 def sweep_runs(sweep: Sweep, p: int, state: dict | None, ref_batch: int, base_lr: float) -> tuple[list, dict]:
-    runs, ref_weights = [], {}
+    """Every (batch, rate) run. Each batch size tries first the factor that was best at the previous
+    one, then the others by distance from it, so that later runs can stop at the best run's steps."""
+    runs, ref_weights, anchor = [], {}, 1.0
     for batch in sweep.batches:
-        for f in sweep.lr_factors:
+        best: Run | None = None
+        for f in sorted(sweep.lr_factors, key=lambda f: abs(math.log(f / anchor))):
             lr = round(base_lr * math.sqrt(batch / ref_batch) * f, 5)
-            run, weights = train_to_target(sweep, p, state, batch, lr)
+            run, weights = train_to_target(sweep, p, state, batch, lr, best.steps if best else None)
+            if run.steps is not None and (best is None or run.steps < best.steps):
+                best, anchor = run, f
             print(
                 f"batch {batch:5d} lr {lr:<8g} {run.note}"
                 + (f": {run.steps} steps, {run.examples} examples" if run.steps else ""),
@@ -301,9 +315,9 @@ def report(
         "target": f"val loss <= {sweep.target} (largest subnet, largest resolution)",
         "examples_are": f"training images, each through the step's {recipe.phases[p].subnets_per_step} subnet(s)",
         "micro_batch": sweep.micro,
-        "runs_are": "[batch, lr, steps to target (null: not reached)]",
+        "runs_are": "[batch, lr, steps to target (null: not reached, or stopped at the batch size's best steps)]",
         "lr_grid": "recipe lr x sqrt(B / recipe batch) x " + str(list(sweep.lr_factors)),
-        "runs": [[r.batch, r.lr, r.steps] for r in runs],
+        "runs": [[r.batch, r.lr, r.steps] for r in sorted(runs, key=lambda r: (r.batch, r.lr))],
         "best_lr": {r.batch: r.lr for r in chosen},
         "best_lr_at_grid_edge": grid_edge_batches(runs, chosen),
         "s_min": _sig(fit.s_min),

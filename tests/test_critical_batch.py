@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -92,3 +93,37 @@ def test_bench_flags_batches_whose_best_rate_is_at_the_grid_edge_and_refuses_bad
     assert bench.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--lr-factors" in err and not list(tmp_path.glob("*.png"))
+
+
+def test_sweep_tries_the_last_best_factor_first_and_stops_runs_that_can_no_longer_win(monkeypatch):
+    bench = load_bench_script("critical_batch")
+    full = {  # (batch, factor) -> steps the run would take to the target (None: never)
+        (16, 0.5): 90, (16, 1.0): 100, (16, 2.0): 80,
+        (64, 0.5): 40, (64, 1.0): 30, (64, 2.0): None,
+        (256, 0.5): 14, (256, 1.0): 12, (256, 2.0): 12,
+    }  # fmt: skip
+    calls = []
+
+    def fake_train(sweep, p, state, batch, lr, max_steps=None):
+        factor = round(lr / math.sqrt(batch / 64), 5)
+        calls.append((batch, factor, max_steps))
+        steps = full[batch, factor]
+        if steps is None or (max_steps is not None and steps >= max_steps):
+            return bench.Run(batch, lr, None, None, "stopped or not reached"), None
+        return bench.Run(batch, lr, steps, steps * batch, "reached"), {"w": batch}
+
+    monkeypatch.setattr(bench, "train_to_target", fake_train)
+    sweep = bench.Sweep("r.yaml", None, None, (16, 64, 256), 16, 1.0, 1, 1, 1, Path("c.png"), (0.5, 1.0, 2.0))
+    runs, ref_weights = bench.sweep_runs(sweep, 0, None, 64, 1.0)
+    # factor 1 first, then by distance from the last batch size's best; later runs capped at the best so far
+    assert calls == [
+        (16, 1.0, None), (16, 0.5, 100), (16, 2.0, 90),
+        (64, 2.0, None), (64, 1.0, None), (64, 0.5, 30),
+        (256, 1.0, None), (256, 0.5, 12), (256, 2.0, 12),
+    ]  # fmt: skip
+    best = {}
+    for r in runs:
+        if r.steps is not None and (r.batch not in best or r.steps < best[r.batch]):
+            best[r.batch] = r.steps
+    assert best == {b: min(s for (bb, _), s in full.items() if bb == b and s) for b in (16, 64, 256)}
+    assert list(ref_weights) == [1.0]  # the reference batch size's reached runs keep their weights
