@@ -5,10 +5,11 @@ recipe's trainer trains from the same starting weights to a fixed target at each
 sweep, with a small grid of constant learning rates per batch size (the best of them counts),
 and records the optimizer steps S and examples E = B·S to the target. Each batch size starts with
 the rate factor that was best at the previous one; a later rate stops once it has taken as many steps
-as the best so far, since it can no longer win (the best per batch size is the same as without stopping). The fit S = S_min + E_min/B
-(`ofa.train.critical_batch`) gives B_crit = E_min/S_min. B_simple is measured by the trainer's
-own estimator (`ofa.train.noise_measure`) at the weights where the reference run (the recipe's
-batch size, its best learning rate) first reached the target, with the learning rate at zero.
+as the best so far, since it can no longer win (the best per batch size is the same as without
+stopping). The fit S = S_min + E_min/B (`ofa.train.critical_batch`) gives B_crit = E_min/S_min.
+B_simple is measured by the trainer's own estimator (`ofa.train.noise_measure`) at the weights where
+the reference run (the recipe's batch size, its best learning rate) first reached the target, with
+the learning rate at zero.
 
 The target is fixed here, before the sweep: validation cross-entropy of the phase's largest
 subnet at its largest resolution, after BN recalibration on a fixed 2 × 128 training images,
