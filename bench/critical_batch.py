@@ -220,17 +220,21 @@ def plot(path: Path, best: list[Run], others: list[Run], fit: TradeoffFit, b_sim
     fig.savefig(path, dpi=120)
 
 
-def sweep_runs(sweep: Sweep, p: int, state: dict | None, ref_batch: int, base_lr: float) -> tuple[list, dict]:
-    """Every (batch, rate) run. Each batch size tries first the factor that was best at the previous
-    one, then the others by distance from it, so that later runs can stop at the best run's steps."""
-    runs, ref_weights, anchor = [], {}, 1.0
+def sweep_runs(
+    sweep: Sweep, p: int, state: dict | None, ref_batch: int, base_lr: float
+) -> tuple[list[Run], dict[int, Run], dict]:
+    """Every (batch, rate) run, the best run per batch size, and the reference batch's weights per rate.
+
+    Each batch size tries first the factor that was best at the previous one, then the others by
+    distance from it, so that later runs can stop at the best run's steps (ties keep the first)."""
+    runs, best, ref_weights, anchor = [], {}, {}, 1.0
     for batch in sweep.batches:
-        best: Run | None = None
         for f in sorted(sweep.lr_factors, key=lambda f: abs(math.log(f / anchor))):
             lr = round(base_lr * math.sqrt(batch / ref_batch) * f, 5)
-            run, weights = train_to_target(sweep, p, state, batch, lr, best.steps if best else None)
-            if run.steps is not None and (best is None or run.steps < best.steps):
-                best, anchor = run, f
+            leader = best.get(batch)
+            run, weights = train_to_target(sweep, p, state, batch, lr, leader.steps if leader else None)
+            if run.steps is not None and (leader is None or run.steps < leader.steps):
+                best[batch], anchor = run, f
             print(
                 f"batch {batch:5d} lr {lr:<8g} {run.note}"
                 + (f": {run.steps} steps, {run.examples} examples" if run.steps else ""),
@@ -240,7 +244,7 @@ def sweep_runs(sweep: Sweep, p: int, state: dict | None, ref_batch: int, base_lr
             runs.append(run)
             if batch == ref_batch and weights is not None:
                 ref_weights[lr] = weights
-    return runs, ref_weights
+    return runs, best, ref_weights
 
 
 def main_sweep(sweep: Sweep) -> dict:
@@ -254,11 +258,7 @@ def main_sweep(sweep: Sweep) -> dict:
     ref_batch = recipe.data.batch_size
     if ref_batch not in sweep.batches:
         raise OFAError(f"--batches must include the recipe's batch size {ref_batch} (the reference run)")
-    runs, ref_weights = sweep_runs(sweep, p, state, ref_batch, recipe.phases[p].lr)
-    best = {}
-    for r in runs:
-        if r.steps is not None and (r.batch not in best or r.steps < best[r.batch].steps):
-            best[r.batch] = r
+    runs, best, ref_weights = sweep_runs(sweep, p, state, ref_batch, recipe.phases[p].lr)
     missing = [b for b in sweep.batches if b not in best]
     if missing or ref_batch not in best:
         raise OFAError(f"target val loss {sweep.target} not reached at batch size(s) {missing}: no fit")

@@ -114,16 +114,16 @@ def test_sweep_tries_the_last_best_factor_first_and_stops_runs_that_can_no_longe
 
     monkeypatch.setattr(bench, "train_to_target", fake_train)
     sweep = bench.Sweep("r.yaml", None, None, (16, 64, 256), 16, 1.0, 1, 1, 1, Path("c.png"), (0.5, 1.0, 2.0))
-    runs, ref_weights = bench.sweep_runs(sweep, 0, None, 64, 1.0)
+    runs, best, ref_weights = bench.sweep_runs(sweep, 0, None, 64, 1.0)
     # factor 1 first, then by distance from the last batch size's best; later runs capped at the best so far
     assert calls == [
         (16, 1.0, None), (16, 0.5, 100), (16, 2.0, 90),
         (64, 2.0, None), (64, 1.0, None), (64, 0.5, 30),
         (256, 1.0, None), (256, 0.5, 12), (256, 2.0, 12),
     ]  # fmt: skip
-    best = {}
-    for r in runs:
-        if r.steps is not None and (r.batch not in best or r.steps < best[r.batch]):
-            best[r.batch] = r.steps
-    assert best == {b: min(s for (bb, _), s in full.items() if bb == b and s) for b in (16, 64, 256)}
+    assert len(runs) == len(calls) and all(best[b] in runs for b in best)
+    assert {b: r.steps for b, r in best.items()} == {
+        b: min(s for (bb, _), s in full.items() if bb == b and s) for b in (16, 64, 256)
+    }  # the same best steps as running every rate to the end
+    assert best[256].lr == 2.0  # factor 1 (lr 1 x sqrt(256 / 64)): of the tied rates, the first tried
     assert list(ref_weights) == [1.0]  # the reference batch size's reached runs keep their weights
