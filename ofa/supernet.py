@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ofa.arch import Arch
-from ofa.elastic import ElasticMBConv
+from ofa.elastic import ElasticMBConv, kernel_matrices
 from ofa.encoding import sample_arch
 from ofa.errors import OFAError
 from ofa.io import load_torch, save_torch
@@ -80,12 +80,20 @@ class OFAMobileNetV3(nn.Module):
             sample_arch(self.space, rng, kernels=kernels, expands=expands, depths=depths, resolutions=resolutions)
         )
 
+    def active_blocks(self) -> list[ElasticMBConv]:
+        """The elastic blocks the active subnet runs, in order."""
+        return [block for s, depth in enumerate(self.active_arch.depths) for block in self.blocks[s + 1][:depth]]
+
+    def _active_kernel_matrices(self, blocks: Sequence[ElasticMBConv]) -> list[torch.Tensor | None]:
+        """The blocks' depthwise kernel matrices, built in one batched chain (`kernel_matrices`)."""
+        return kernel_matrices([block.conv_dw for block in blocks], [block.active_kernel for block in blocks])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.bn1(self.conv_stem(x))
         x = self.blocks[0](x)
-        for s, depth in enumerate(self.active_arch.depths):
-            for block in self.blocks[s + 1][:depth]:
-                x = block(x)
+        blocks = self.active_blocks()
+        for block, matrix in zip(blocks, self._active_kernel_matrices(blocks)):
+            x = block(x, matrix)
         x = self.blocks[-1](x)
         x = self.flatten(self.act2(self.conv_head(self.global_pool(x))))
         return self.classifier(self.dropout(x))
@@ -96,9 +104,11 @@ class OFAMobileNetV3(nn.Module):
         """State dict of the static timm subnet equal to the active one."""
         elastic = tuple(f"blocks.{s + 1}." for s in range(self.space.num_stages))
         state = {k: v.clone() for k, v in self.state_dict().items() if not k.startswith(elastic)}
+        blocks = self.active_blocks()
+        matrices = iter(self._active_kernel_matrices(blocks))  # as forward builds them: bitwise the same weights
         for s, depth in enumerate(self.active_arch.depths):
             for j in range(depth):
-                for key, value in self.blocks[s + 1][j].active_state().items():
+                for key, value in self.blocks[s + 1][j].active_state(next(matrices)).items():
                     state[f"blocks.{s + 1}.{j}.{key}"] = value
         return state
 

@@ -4,9 +4,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import perturb, tiny_space
 
 from ofa.bn import recalibrate_bn
+from ofa.elastic import kernel_matrices
 from ofa.encoding import sample_arch
 from ofa.errors import OFAError
 from ofa.layers import mid_channels
@@ -72,6 +74,43 @@ def test_small_kernels_use_the_transformation_matrices(net):
     fresh_block = fresh.blocks[1][0]
     assert torch.equal(fresh_block.conv_dw.active_weight(8, 3), fresh_block.conv_dw.weight[:8, :, 2:5, 2:5])
     assert _parity(net, arch)[0] <= 1e-5
+
+
+def _crop_then_transform(conv, channels: int, kernel: int) -> torch.Tensor:
+    """The official OFA chain: centre crop of the next larger kernel, then its k²×k² transform, 7→5→3."""
+    weight, size = conv.weight[:channels], conv.kernels[0]
+    for small in conv.kernels[1:]:
+        if kernel > small:
+            break
+        start = (size - small) // 2
+        crop = weight[:, :, start : start + small, start : start + small].reshape(channels, -1)
+        weight = F.linear(crop, conv.transforms[f"{size}to{small}"]).view(channels, 1, small, small)
+        size = small
+    return weight
+
+
+def test_kernel_matrices_built_together_equal_the_crop_then_transform_chain():
+    """The supernet builds every active block's kernel matrix in one batched chain; each must give the
+    official chain's kernel, whichever other convs (and kernel sizes) share the batch."""
+    net = perturb(OFAMobileNetV3(tiny_space()), seed=3)
+    convs = [block.conv_dw for stage in net.blocks[1:-1] for block in stage]
+    kernels = [(3, 5, 7, 3, 3, 5)[i % 6] for i in range(len(convs))]
+    together = kernel_matrices(convs, kernels)
+    for conv, kernel, matrix in zip(convs, kernels, together):
+        channels = conv.weight.shape[0]
+        alone = conv.active_weight(channels, kernel)
+        expected = _crop_then_transform(conv, channels, kernel)
+        if kernel == conv.kernels[0]:
+            assert matrix is None and torch.equal(alone, expected)
+            continue
+        assert matrix.shape == (conv.kernels[0] ** 2, kernel**2)
+        assert torch.allclose(conv.active_weight(channels, kernel, matrix), expected, rtol=0, atol=1e-6)
+        assert torch.allclose(alone, expected, rtol=0, atol=1e-6)
+    sum(m.sum() for m in together if m is not None).backward()
+    for conv, kernel in zip(convs, kernels):  # gradients reach the transforms on each chain, and only those
+        for name, transform in conv.transforms.items():
+            used = int(name.split("to")[1]) >= kernel
+            assert (transform.grad is not None and transform.grad.abs().sum() > 0) == used, (name, kernel)
 
 
 def test_gradients_only_reach_the_active_slice():

@@ -1,7 +1,13 @@
 """Dynamic ops and the elastic inverted-residual block of the supernet."""
 
 from ofa.elastic.block import ElasticMBConv
-from ofa.elastic.ops import ElasticBatchNorm2d, ElasticDepthwiseConv2d, ElasticPointwiseConv2d, ElasticSqueezeExcite
+from ofa.elastic.ops import (
+    ElasticBatchNorm2d,
+    ElasticDepthwiseConv2d,
+    ElasticPointwiseConv2d,
+    ElasticSqueezeExcite,
+    kernel_matrices,
+)
 
 __all__ = [
     "ElasticBatchNorm2d",
@@ -9,4 +15,5 @@ __all__ = [
     "ElasticMBConv",
     "ElasticPointwiseConv2d",
     "ElasticSqueezeExcite",
+    "kernel_matrices",
 ]

@@ -52,21 +52,23 @@ class ElasticMBConv(nn.Module):
         self.active_kernel = kernel
         self.active_mid = mid_channels(self.in_channels, expand)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kernel_matrix: torch.Tensor | None = None) -> torch.Tensor:
+        """``kernel_matrix``: this block's entry of `kernel_matrices`, when the supernet built them
+        for all its active blocks at once (the block builds its own otherwise)."""
         h = self.act(self.bn1(self.conv_pw(x, self.active_mid)))
-        h = self.act(self.bn2(self.conv_dw(h, self.active_kernel)))
+        h = self.act(self.bn2(self.conv_dw(h, self.active_kernel, kernel_matrix)))
         if self.se is not None:
             h = self.se(h)
         h = self.bn3(self.conv_pwl(h, self.out_channels))
         return h + x if self.has_skip else h
 
     @torch.no_grad()
-    def active_state(self) -> dict[str, torch.Tensor]:
+    def active_state(self, kernel_matrix: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """State dict of the equivalent static timm block (kernel transforms applied, channels sliced)."""
         m = self.active_mid
         state = {
             "conv_pw.weight": self.conv_pw.active_weight(m, self.in_channels),
-            "conv_dw.weight": self.conv_dw.active_weight(m, self.active_kernel),
+            "conv_dw.weight": self.conv_dw.active_weight(m, self.active_kernel, kernel_matrix),
             "conv_pwl.weight": self.conv_pwl.active_weight(self.out_channels, m),
         }
         for name in ("bn1", "bn2"):

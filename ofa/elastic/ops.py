@@ -6,6 +6,8 @@ computes the same function, which is what `active_state` hands to the extracted 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -50,44 +52,73 @@ class ElasticDepthwiseConv2d(nn.Module):
             }
         )
 
-    def kernel_matrix(self, kernel: int) -> torch.Tensor:
-        """The (k², K²) matrix taking a flattened largest kernel to its transformed k×k kernel.
-
-        Crop-then-transform at each size is linear, so the chain folds into one small matrix built
-        from the transforms alone; all channels then take a single matmul, and backward needs no
-        crops, copies or zero-filled gradients of intermediate kernels. Crops are views of the small
-        matrices (a centre window of rows, then zero columns padded around the first crop), not
-        gathers or products with 0/1 matrices: each tiny matmul or scatter costs a threaded kernel
-        launch in backward, which is what the elastic step paid for beside its static twin.
-        """
-        big, first = self.kernels[0], self.kernels[1]
-        matrix: torch.Tensor | None = None  # (small², first²): acts on the largest kernel's first² centre
-        size = big
-        for small in self.kernels[1:]:
-            if kernel > small:
-                break
-            transform = self.transforms[f"{size}to{small}"]
-            if matrix is None:
-                matrix = transform
-            else:
-                start = (size - small) // 2
-                window = matrix.view(size, size, -1)[start : start + small, start : start + small]
-                matrix = torch.mm(transform, window.reshape(small * small, -1))
-            size = small
-        assert matrix is not None, f"kernel {kernel} is not one of {self.kernels[1:]}"
-        margin = (big - first) // 2
-        return F.pad(matrix.view(-1, first, first), (margin,) * 4).view(kernel * kernel, big * big)
-
-    def active_weight(self, channels: int, kernel: int) -> torch.Tensor:
+    def active_weight(self, channels: int, kernel: int, matrix: torch.Tensor | None = None) -> torch.Tensor:
+        """The first ``channels`` kernels at size ``kernel``; ``matrix`` is this conv's entry of
+        `kernel_matrices` when the caller already built it for several convs at once."""
         weight = self.weight[:channels]  # a view: the prefix of a contiguous tensor is contiguous
         if kernel == self.kernels[0]:
             return weight
-        flat = torch.mm(weight.view(channels, -1), self.kernel_matrix(kernel).t())
+        if matrix is None:
+            matrix = kernel_matrices([self], [kernel])[0]
+        flat = torch.mm(weight.view(channels, -1), matrix)
         return flat.view(channels, 1, kernel, kernel)
 
-    def forward(self, x: torch.Tensor, kernel: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kernel: int, matrix: torch.Tensor | None = None) -> torch.Tensor:
         channels = x.shape[1]
-        return F.conv2d(x, self.active_weight(channels, kernel), None, self.stride, kernel // 2, 1, channels)
+        weight = self.active_weight(channels, kernel, matrix)
+        return F.conv2d(x, weight, None, self.stride, kernel // 2, 1, channels)
+
+
+def kernel_matrices(convs: Sequence[ElasticDepthwiseConv2d], kernels: Sequence[int]) -> list[torch.Tensor | None]:
+    """Each conv's (K², k²) matrix taking its flattened largest kernel (a row) to its transformed k×k
+    kernel (None where k is the largest size).
+
+    Crop-then-transform at each size is linear, so a conv's chain folds into one small matrix built
+    from its transforms alone; all its channels then take a single matmul, and backward needs no
+    crops or zero-filled gradients of intermediate kernels. Convs that share their kernel sizes and
+    active kernel run the chain as one batched computation on their stacked transforms: a step then
+    pays for a handful of tiny ops and autograd nodes in all, not a handful per block, beside a static
+    model whose kernels are plain weights.
+    """
+    groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
+    for i, (conv, kernel) in enumerate(zip(convs, kernels, strict=True)):
+        assert kernel in conv.kernels, f"kernel {kernel} is not one of {conv.kernels}"
+        if kernel != conv.kernels[0]:
+            groups.setdefault((conv.kernels, kernel), []).append(i)
+    matrices: list[torch.Tensor | None] = [None] * len(convs)
+    for (sizes, kernel), members in groups.items():
+        stacked = _stacked_kernel_matrices([convs[i] for i in members], sizes, kernel)
+        for i, matrix in zip(members, stacked.transpose(1, 2).unbind()):
+            matrices[i] = matrix
+    return matrices
+
+
+def _stacked_kernel_matrices(
+    convs: Sequence[ElasticDepthwiseConv2d], sizes: tuple[int, ...], kernel: int
+) -> torch.Tensor:
+    """(n, k², K²) matrices of n convs with kernel sizes ``sizes`` (descending), applied 7→5→3.
+
+    The first transform acts on the largest kernel's centre; each later one on a centre window of
+    the rows built so far (a view, not a gather); the result is padded with zero columns back to
+    the largest kernel's size.
+    """
+    n, big, first = len(convs), sizes[0], sizes[1]
+    matrix: torch.Tensor | None = None  # (n, small², first²)
+    size = big
+    for small in sizes[1:]:
+        if kernel > small:
+            break
+        transforms = torch.stack([conv.transforms[f"{size}to{small}"] for conv in convs])
+        if matrix is None:
+            matrix = transforms
+        else:
+            start = (size - small) // 2
+            window = matrix.view(n, size, size, -1)[:, start : start + small, start : start + small]
+            matrix = torch.bmm(transforms, window.reshape(n, small * small, -1))
+        size = small
+    assert matrix is not None
+    margin = (big - first) // 2
+    return F.pad(matrix.view(n, -1, first, first), (margin,) * 4).view(n, kernel * kernel, big * big)
 
 
 class ElasticBatchNorm2d(nn.BatchNorm2d):
@@ -137,6 +168,15 @@ class ElasticSqueezeExcite(nn.Module):
         r = se_channels(c)
         reduce, expand = self.conv_reduce, self.conv_expand
         s = x.mean((2, 3))
-        s = F.relu_(F.linear(s, reduce.weight.view(reduce.weight.shape[:2])[:r, :c], reduce.bias[:r]))
-        s = F.linear(s, expand.weight.view(expand.weight.shape[:2])[:c, :r], expand.bias[:c])
+        s = F.relu_(F.linear(s, _top_left(reduce.weight, r, c), reduce.bias[:r]))
+        s = F.linear(s, _top_left(expand.weight, c, r), expand.bias[:c])
         return x * F.hardsigmoid(s).view(n, c, 1, 1)
+
+
+def _top_left(weight: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """``weight[:rows, :cols]`` of a conv weight as a 2-D matrix, in one strided view: one autograd
+    node and one zero-filled full-size gradient, where a view and a slice per dimension make three
+    nodes and two full-size gradients. At full size it is a plain view, whose gradient is no copy."""
+    if (rows, cols) == weight.shape[:2]:
+        return weight.view(rows, cols)
+    return weight.as_strided((rows, cols), weight.stride()[:2], weight.storage_offset())
