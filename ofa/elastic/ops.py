@@ -55,13 +55,11 @@ class ElasticDepthwiseConv2d(nn.Module):
     def active_weight(self, channels: int, kernel: int, matrix: torch.Tensor | None = None) -> torch.Tensor:
         """The first ``channels`` kernels at size ``kernel``; ``matrix`` is this conv's entry of
         `kernel_matrices` when the caller already built it for several convs at once."""
-        weight = self.weight[:channels]  # a view: the prefix of a contiguous tensor is contiguous
         if kernel == self.kernels[0]:
-            return weight
+            return self.weight[:channels]  # a view: the prefix of a contiguous tensor is contiguous
         if matrix is None:
             matrix = kernel_matrices([self], [kernel])[0]
-        flat = torch.mm(weight.view(channels, -1), matrix)
-        return flat.view(channels, 1, kernel, kernel)
+        return torch.mm(_flat_prefix(self.weight, channels), matrix).view(channels, 1, kernel, kernel)
 
     def forward(self, x: torch.Tensor, kernel: int, matrix: torch.Tensor | None = None) -> torch.Tensor:
         channels = x.shape[1]
@@ -168,15 +166,25 @@ class ElasticSqueezeExcite(nn.Module):
         r = se_channels(c)
         reduce, expand = self.conv_reduce, self.conv_expand
         s = x.mean((2, 3))
-        s = F.relu_(F.linear(s, _top_left(reduce.weight, r, c), reduce.bias[:r]))
-        s = F.linear(s, _top_left(expand.weight, c, r), expand.bias[:c])
+        s = F.relu_(torch.addmm(reduce.bias[:r], s, _top_left_t(reduce.weight, r, c)))
+        s = torch.addmm(expand.bias[:c], s, _top_left_t(expand.weight, c, r))
         return x * F.hardsigmoid(s).view(n, c, 1, 1)
 
 
-def _top_left(weight: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """``weight[:rows, :cols]`` of a conv weight as a 2-D matrix, in one strided view: one autograd
-    node and one zero-filled full-size gradient, where a view and a slice per dimension make three
-    nodes and two full-size gradients. At full size it is a plain view, whose gradient is no copy."""
+def _flat_prefix(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """``weight[:rows]`` flattened to a (rows, rest) matrix in one strided view: one autograd node,
+    where a slice and a view make two. At full size it is a plain view, whose gradient is no copy."""
+    if rows == weight.shape[0]:
+        return weight.view(rows, -1)
+    assert weight.is_contiguous(), "elastic weights are contiguous"
+    return weight.as_strided((rows, weight.numel() // weight.shape[0]), (weight.stride(0), 1), weight.storage_offset())
+
+
+def _top_left_t(weight: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """``weight[:rows, :cols]`` of a conv weight as a transposed 2-D matrix (what ``F.linear`` would
+    multiply by), in one strided view: one autograd node and one zero-filled full-size gradient,
+    where a view, a slice per dimension and a transpose make four nodes and two full-size gradients.
+    At full size it is a plain view, whose gradient is no copy."""
     if (rows, cols) == weight.shape[:2]:
-        return weight.view(rows, cols)
-    return weight.as_strided((rows, cols), weight.stride()[:2], weight.storage_offset())
+        return weight.view(rows, cols).t()
+    return weight.as_strided((cols, rows), weight.stride()[1::-1], weight.storage_offset())
