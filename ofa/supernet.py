@@ -80,9 +80,13 @@ class OFAMobileNetV3(nn.Module):
             sample_arch(self.space, rng, kernels=kernels, expands=expands, depths=depths, resolutions=resolutions)
         )
 
+    def _active_slots(self) -> list[tuple[int, int]]:
+        """(index in ``self.blocks``, index in its stage) of each elastic block the active subnet runs."""
+        return [(s + 1, j) for s, depth in enumerate(self.active_arch.depths) for j in range(depth)]
+
     def active_blocks(self) -> list[ElasticMBConv]:
         """The elastic blocks the active subnet runs, in order."""
-        return [block for s, depth in enumerate(self.active_arch.depths) for block in self.blocks[s + 1][:depth]]
+        return [self.blocks[i][j] for i, j in self._active_slots()]
 
     def _active_kernel_matrices(self, blocks: Sequence[ElasticMBConv]) -> list[torch.Tensor | None]:
         """The blocks' depthwise kernel matrices, built in one batched chain (`kernel_matrices`)."""
@@ -104,12 +108,12 @@ class OFAMobileNetV3(nn.Module):
         """State dict of the static timm subnet equal to the active one."""
         elastic = tuple(f"blocks.{s + 1}." for s in range(self.space.num_stages))
         state = {k: v.clone() for k, v in self.state_dict().items() if not k.startswith(elastic)}
-        blocks = self.active_blocks()
-        matrices = iter(self._active_kernel_matrices(blocks))  # as forward builds them: bitwise the same weights
-        for s, depth in enumerate(self.active_arch.depths):
-            for j in range(depth):
-                for key, value in self.blocks[s + 1][j].active_state(next(matrices)).items():
-                    state[f"blocks.{s + 1}.{j}.{key}"] = value
+        slots = self._active_slots()
+        blocks = [self.blocks[i][j] for i, j in slots]
+        matrices = self._active_kernel_matrices(blocks)  # as forward builds them: bitwise the same weights
+        for (i, j), block, matrix in zip(slots, blocks, matrices):
+            for key, value in block.active_state(matrix).items():
+                state[f"blocks.{i}.{j}.{key}"] = value
         return state
 
     def extract(self, arch: Arch | None = None) -> nn.Module:
