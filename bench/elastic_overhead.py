@@ -8,41 +8,35 @@ interquartile range shows how noisy the machine was. ``--invocations N`` runs th
 in N fresh processes and reports the median of their medians, with each one's figure: one process
 can draw a heap layout that makes the allocator return memory and fault it back in every step (the
 ``faults_*`` figures count minor page faults per step), and a fresh process draws again.
+
+The supernet computes squeeze-excite as two matmuls on the pooled vector, timm's static model as two
+1x1 convolutions, which cost more on a CPU; that saving sits in the default ratio. ``--same-se`` gives
+the static twin the supernet's squeeze-excite code at its own width, so the ratio counts only what
+elasticity costs (slices, kernel transforms, full-size gradients and optimizer state).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
-import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from ofa.arch import Arch
-from ofa.encoding import sample_arch
-from ofa.space import SearchSpace
-from ofa.supernet import OFAMobileNetV3
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # the ofa package of this checkout, installed or not
 
+from step_timing import measure, median_of_invocations, sgd, summarize  # noqa: E402
 
-def sgd_step(
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    clock: Callable[[], float] = time.perf_counter,
-) -> float:
-    start = clock()
-    opt.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
-    opt.step()
-    return clock() - start
+from ofa.arch import Arch  # noqa: E402
+from ofa.elastic import ElasticSqueezeExcite  # noqa: E402
+from ofa.encoding import sample_arch  # noqa: E402
+from ofa.space import SearchSpace  # noqa: E402
+from ofa.supernet import OFAMobileNetV3  # noqa: E402
 
 
 def middle_arch(space: SearchSpace, resolution: int, samples: int = 1000, seed: int = 0) -> Arch:
@@ -52,44 +46,16 @@ def middle_arch(space: SearchSpace, resolution: int, samples: int = 1000, seed: 
     return sorted(archs, key=space.macs)[samples // 2]
 
 
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    q1, q2, q3 = statistics.quantiles(values, n=4)
-    return q1, q2, q3
-
-
-def minor_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def measure(
-    supernet: OFAMobileNetV3,
-    runs: dict[str, tuple[Arch, torch.nn.Module, torch.optim.Optimizer]],
-    batch: tuple[torch.Tensor, torch.Tensor],
-    rounds: int,
-    clock: Callable[[], float],
-) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[int]]]:
-    """Per-step times and minor page faults of each model, and the per-round supernet/static ratios
-    (two warm-up rounds)."""
-    super_opt = torch.optim.SGD(supernet.parameters(), lr=1e-4, momentum=0.9)
-    keys = [f"{kind}_{name}" for name in runs for kind in ("supernet", "static")]
-    times: dict[str, list[float]] = {key: [] for key in keys}
-    faults: dict[str, list[int]] = {key: [] for key in keys}
-    ratios: dict[str, list[float]] = {name: [] for name in runs}
-    for r in range(rounds + 2):
-        for name, (arch, static, opt) in runs.items():
-            supernet.set_active(arch)
-            step: dict[str, tuple[float, int]] = {}
-            for kind in ("static", "supernet") if r % 2 else ("supernet", "static"):
-                model, optimizer = (static, opt) if kind == "static" else (supernet, super_opt)
-                before = minor_faults()
-                seconds = sgd_step(model, optimizer, *batch, clock)
-                step[kind] = (seconds, minor_faults() - before)
-            if r >= 2:
-                for kind, (seconds, count) in step.items():
-                    times[f"{kind}_{name}"].append(seconds)
-                    faults[f"{kind}_{name}"].append(count)
-                ratios[name].append(step["supernet"][0] / step["static"][0])
-    return times, ratios, faults
+def with_supernet_se(static: torch.nn.Module) -> torch.nn.Module:
+    """``static`` with each squeeze-excite module replaced by the supernet's (`ElasticSqueezeExcite` at
+    the block's width, same weights): the same function, computed by the same code as the supernet's."""
+    for block in static.modules():
+        se = getattr(block, "se", None)
+        if isinstance(se, torch.nn.Module) and hasattr(se, "conv_reduce"):
+            same = ElasticSqueezeExcite(se.conv_reduce.in_channels)
+            same.load_state_dict(se.state_dict())
+            block.se = same.train(se.training)
+    return static
 
 
 def one_invocation(args: argparse.Namespace) -> dict[str, object]:
@@ -102,27 +68,24 @@ def one_invocation(args: argparse.Namespace) -> dict[str, object]:
     supernet = OFAMobileNetV3(space).train()
     x = torch.randn(args.batch, 3, args.resolution, args.resolution)
     y = torch.randint(0, 1000, (args.batch,))
-    subnets = {
-        "max": space.max_arch(args.resolution),
-        "mid": middle_arch(space, args.resolution),
-        "min": space.min_arch(args.resolution),
-    }
+    subnets = three_subnets(space, args.resolution)
     runs = {}
     for name, arch in subnets.items():
         static = supernet.extract(arch).train()
-        runs[name] = (arch, static, torch.optim.SGD(static.parameters(), lr=1e-4, momentum=0.9))
-    times, ratios, faults = measure(supernet, runs, (x, y), args.rounds, clock)
-    result: dict[str, object] = {f"{k}_ms": round(statistics.median(v) * 1000, 2) for k, v in times.items()}
-    result.update({f"faults_{k}": statistics.median(v) for k, v in faults.items()})
-    for name in runs:
-        q1, q2, q3 = quartiles(ratios[name])
-        result[f"overhead_{name}"] = round(q2, 3)
-        result[f"overhead_{name}_iqr"] = [round(q1, 3), round(q3, 3)]
+        static = with_supernet_se(static) if args.same_se else static
+        runs[name] = (arch, static, sgd(static))
+    result = summarize(*measure(supernet, supernet.set_active, runs, (x, y), args.rounds, clock))
+    result["twin_se"] = "supernet" if args.same_se else "timm"
     result["threads"] = torch.get_num_threads()
     result["clock"] = "thread_cpu" if args.cpu_time else "wall"
     result["mid_arch"] = subnets["mid"].short()
     result["mid_macs_m"] = round(space.macs(subnets["mid"]) / 1e6, 1)
     return result
+
+
+def three_subnets(space: SearchSpace, resolution: int) -> dict[str, Arch]:
+    """The largest, the middle (`middle_arch`) and the smallest subnet at ``resolution``."""
+    return {"max": space.max_arch(resolution), "mid": middle_arch(space, resolution), "min": space.min_arch(resolution)}
 
 
 def several_invocations(args: argparse.Namespace) -> dict[str, object]:
@@ -132,23 +95,9 @@ def several_invocations(args: argparse.Namespace) -> dict[str, object]:
     command += ["--batch", str(args.batch), "--resolution", str(args.resolution)]
     command += ["--threads", str(args.threads)] if args.threads is not None else []
     command += ["--cpu-time"] if args.cpu_time else []
-    runs = []
-    for _ in range(args.invocations):
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.exit(f"elastic_overhead: an invocation failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    result: dict[str, object] = {}
-    for name in ("max", "mid", "min"):
-        figures = [run[f"overhead_{name}"] for run in runs]
-        result[f"overhead_{name}"] = round(statistics.median(figures), 3)
-        result[f"overhead_{name}_runs"] = figures
-        for kind in ("supernet", "static"):
-            result[f"faults_{kind}_{name}_runs"] = [run[f"faults_{kind}_{name}"] for run in runs]
-    for key in ("threads", "clock", "mid_arch", "mid_macs_m"):
-        result[key] = runs[0][key]
-    result["invocations"] = args.invocations
-    return result
+    command += ["--same-se"] if args.same_se else []
+    passed_on = ["twin_se", "threads", "clock", "mid_arch", "mid_macs_m"]
+    return median_of_invocations(command, args.invocations, ["max", "mid", "min"], passed_on)
 
 
 def main() -> None:
@@ -163,6 +112,11 @@ def main() -> None:
         help="time with this thread's CPU clock (needs --threads 1): steadier on a shared machine",
     )
     parser.add_argument(
+        "--same-se",
+        action="store_true",
+        help="static twin runs the supernet's squeeze-excite code: the ratio counts elasticity alone",
+    )
+    parser.add_argument(
         "--invocations", type=int, default=1, help="fresh processes to run it in (reports the median of theirs)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -171,6 +125,8 @@ def main() -> None:
         parser.error("--cpu-time needs --threads 1 (other threads' CPU time would not be counted)")
     if args.invocations < 1:
         parser.error("--invocations must be at least 1")
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (the quartiles of the per-round ratios need two)")
     result = several_invocations(args) if args.invocations > 1 else one_invocation(args)
     for key, value in result.items():
         print(f"{key:>20}: {value}")

@@ -99,6 +99,22 @@ BENCHMARKS: dict[str, Benchmark] = {
             "overhead_min_runs": "runs",
         },
     ),
+    "elastic_overhead_same_se": Benchmark(
+        ["bench/elastic_overhead.py", "--json", "--invocations", "3", "--same-se"],
+        "as elastic_overhead, but the static twin runs the supernet's squeeze-excite code (matmuls on the "
+        "pooled vector, not timm's 1x1 convolutions): what elasticity alone costs",
+        ["bench/elastic_overhead.py", "--json", "--rounds", "5", "--same-se"],
+        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
+    ),
+    "official_overhead": Benchmark(
+        ["bench/official_overhead.py", "--json", "--invocations", "3"],
+        "the official OFA code timed as elastic_overhead times ours (its supernet's SGD step / its "
+        "get_active_subnet model's, same three subnets, 3 processes); needs the official wheel in runs/official "
+        "(see the script)",
+        ["bench/official_overhead.py", "--json", "--invocations", "1", "--rounds", "3"],
+        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest", "skipped": "skipped"},
+        on_request=True,
+    ),
     "search_speed": Benchmark(
         ["bench/search_speed.py", "--json"],
         "seconds of one default OFA evolutionary search on the mbv3 table (target ≤ 1 s), "

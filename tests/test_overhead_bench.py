@@ -1,14 +1,19 @@
-"""bench/elastic_overhead.py times each subnet's supernet step next to its static twin's."""
+"""bench/elastic_overhead.py and bench/official_overhead.py time each subnet's supernet step next to
+its static twin's."""
 
+import json
+import textwrap
 import time
 
 import pytest
 import torch
 from conftest import load_bench_script, tiny_space
 
+from ofa.elastic import ElasticSqueezeExcite
 from ofa.supernet import OFAMobileNetV3
 
 overhead = load_bench_script("elastic_overhead")
+official = load_bench_script("official_overhead")
 
 
 def test_each_round_times_both_sides_and_trains_both():
@@ -23,7 +28,7 @@ def test_each_round_times_both_sides_and_trains_both():
     before = {name: static.conv_stem.weight.clone() for name, (_, static, _) in runs.items()}
     stem = supernet.conv_stem.weight.clone()
     x, y = torch.randn(4, 3, 12, 12), torch.randint(0, space.num_classes, (4,))
-    times, ratios, faults = overhead.measure(supernet, runs, (x, y), rounds=3, clock=time.perf_counter)
+    times, ratios, faults = overhead.measure(supernet, supernet.set_active, runs, (x, y), 3, time.perf_counter)
     for name in archs:
         sup, static = times[f"supernet_{name}"], times[f"static_{name}"]
         assert len(sup) == len(static) == len(ratios[name]) == 3  # the two warm-up rounds are left out
@@ -34,10 +39,82 @@ def test_each_round_times_both_sides_and_trains_both():
     assert supernet.active_arch == archs["min"]
 
 
-@pytest.mark.parametrize("flags", [["--invocations", "0"], ["--cpu-time"]])
+def test_same_se_twin_is_the_same_function_through_the_supernets_se_code():
+    torch.manual_seed(0)
+    space = tiny_space()
+    static = OFAMobileNetV3(space).extract(space.min_arch(12)).eval()
+    timm_se = [type(m) for m in static.modules() if type(m).__name__ == "SqueezeExcite"]
+    x = torch.randn(2, 3, 12, 12)
+    expected = static(x)
+    same = overhead.with_supernet_se(static)
+    assert len(timm_se) > 0
+    assert not any(type(m).__name__ == "SqueezeExcite" for m in same.modules())
+    assert sum(isinstance(m, ElasticSqueezeExcite) for m in same.modules()) == len(timm_se)
+    torch.testing.assert_close(same(x), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("flags", [["--invocations", "0"], ["--cpu-time"], ["--rounds", "1"]])
 def test_bad_flags_exit_with_a_usage_error(flags, monkeypatch, capsys):
     monkeypatch.setattr("sys.argv", ["elastic_overhead.py", *flags])
     with pytest.raises(SystemExit) as exc:
         overhead.main()
     assert exc.value.code == 2
     assert "elastic_overhead.py: error:" in capsys.readouterr().err
+
+
+FAKE_OFFICIAL = """
+import copy
+import json
+from pathlib import Path
+
+from torch import nn
+
+
+class OFAMobileNetV3(nn.Module):  # stands in for the official supernet: records the subnets it runs
+    def __init__(self, n_classes, dropout_rate, width_mult, ks_list, expand_ratio_list, depth_list):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, n_classes))
+
+    def set_active_subnet(self, ks, e, d):
+        with Path(__file__).with_name("seen.jsonl").open("a") as f:
+            f.write(json.dumps({"ks": ks, "e": e, "d": d}) + "\\n")
+
+    def get_active_subnet(self, preserve_weight):
+        return copy.deepcopy(self.net)
+
+    def forward(self, x):
+        return self.net(x)
+"""
+
+
+def test_official_overhead_runs_the_official_package_on_our_three_subnets(tmp_path, capsys):
+    networks = tmp_path / "ofa" / "imagenet_classification" / "elastic_nn" / "networks"
+    networks.mkdir(parents=True)
+    for folder in [networks, *networks.parents][:4]:
+        (folder / "__init__.py").touch()
+    (networks / "__init__.py").write_text(textwrap.dedent(FAKE_OFFICIAL))
+    argv = ["--official", str(tmp_path), "--invocations", "2", "--rounds", "2", "--resolution", "8", "--json"]
+    assert official.main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for name in ("max", "mid", "min"):
+        assert len(result[f"overhead_{name}_runs"]) == 2 and result[f"overhead_{name}"] > 0
+    seen = [json.loads(line) for line in (networks / "seen.jsonl").read_text().splitlines()]
+    expected = official.official_subnets(8)
+    assert expected["min"] == {"ks": [3] * 20, "e": [3] * 20, "d": [2] * 5}
+    assert expected["max"] == {"ks": [7] * 20, "e": [6] * 20, "d": [4] * 5}
+    assert {json.dumps(c) for c in seen} == {json.dumps(c) for c in expected.values()}
+
+
+def test_official_overhead_without_the_package_says_so_in_one_line(tmp_path, capsys):
+    assert official.main(["--official", str(tmp_path / "missing.whl"), "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("official_overhead: skipped: no official ofa package at ")
+    assert json.loads(lines[-1]) == {"skipped": f"no official ofa package at {tmp_path / 'missing.whl'}"}
+
+
+@pytest.mark.parametrize("flags", [["--invocations", "0"], ["--rounds", "1"]])
+def test_official_overhead_bad_flags_exit_with_a_usage_error(flags, capsys):
+    with pytest.raises(SystemExit) as exc:
+        official.main(flags)
+    assert exc.value.code == 2
+    assert "official_overhead.py: error:" in capsys.readouterr().err

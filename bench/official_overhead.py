@@ -1,0 +1,108 @@
+"""The official OFA code's cost of elasticity, timed exactly as elastic_overhead.py times ours.
+
+One SGD step of the official ``OFAMobileNetV3`` (w1.0, kernels 3/5/7, expands 3/4/6, depths 2/3/4)
+with a subnet active, against the static network its ``get_active_subnet(preserve_weight=True)``
+returns: batch 16, 128 px, 1000 classes, the same three subnets as elastic_overhead.py (largest,
+middle, smallest of our OFA-MBv3 space, in the official encoding), the same interleaved rounds,
+optimizer and median of per-round ratios, and ``--invocations N`` fresh processes.
+
+The official package is not a dependency (its import name is ``ofa``, like ours). Point ``--official``
+at its wheel or at a folder holding its ``ofa`` package; the measurement then runs in processes
+whose ``ofa`` is the official one:
+
+    pip download ofa==0.1.0.post202307202001 --no-deps -d runs/official
+    python bench/official_overhead.py --official runs/official/ofa-0.1.0.post202307202001-py3-none-any.whl
+
+Without it, the script says so in one line and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from step_timing import measure, median_of_invocations, sgd, summarize  # noqa: E402
+
+NAMES = ["max", "mid", "min"]
+DEFAULT_WHEEL = HERE.parent / "runs" / "official" / "ofa-0.1.0.post202307202001-py3-none-any.whl"
+
+
+def official_subnets(resolution: int) -> dict[str, dict[str, list[int]]]:
+    """elastic_overhead.py's three subnets in the official encoding (ks, e, d)."""
+    sys.path.insert(1, str(HERE.parent))  # this checkout's ofa: only in the parent process
+    from elastic_overhead import three_subnets
+
+    from ofa.space import SearchSpace
+
+    subnets = three_subnets(SearchSpace.mbv3(), resolution)
+    return {name: {k: v for k, v in arch.to_ofa_config().items() if k != "r"} for name, arch in subnets.items()}
+
+
+def worker(args: argparse.Namespace) -> dict[str, object]:
+    """The measurement in this process, whose ``ofa`` package is the official code's."""
+    from ofa.imagenet_classification.elastic_nn.networks import OFAMobileNetV3
+
+    torch.manual_seed(0)
+    supernet = OFAMobileNetV3(
+        n_classes=1000, dropout_rate=0.1, width_mult=1.0, ks_list=[3, 5, 7], expand_ratio_list=[3, 4, 6],
+        depth_list=[2, 3, 4],
+    ).train()  # fmt: skip
+    x = torch.randn(args.batch, 3, args.resolution, args.resolution)
+    y = torch.randint(0, 1000, (args.batch,))
+    runs = {}
+    for name, config in json.loads(args.worker).items():
+        supernet.set_active_subnet(**config)
+        static = supernet.get_active_subnet(preserve_weight=True).train()
+        runs[name] = (config, static, sgd(static))
+
+    def activate(config: dict[str, list[int]]) -> None:
+        supernet.set_active_subnet(**config)
+
+    result = summarize(*measure(supernet, activate, runs, (x, y), args.rounds, time.perf_counter))
+    result["threads"] = torch.get_num_threads()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
+    parser.add_argument("--official", type=Path, default=DEFAULT_WHEEL, help="the official ofa wheel or package folder")
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--resolution", type=int, default=128)
+    parser.add_argument("--invocations", type=int, default=3, help="fresh processes (reports the median of theirs)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: the subnets to time, as JSON
+    args = parser.parse_args(argv)
+    if args.invocations < 1:
+        parser.error("--invocations must be at least 1")
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (the quartiles of the per-round ratios need two)")
+    if args.worker is not None:
+        print(json.dumps(worker(args)))
+        return 0
+    if not args.official.exists():
+        print(f"official_overhead: skipped: no official ofa package at {args.official} (see --help)")
+        if args.json:
+            print(json.dumps({"skipped": f"no official ofa package at {args.official}"}))
+        return 0
+    command = [sys.executable, __file__, "--rounds", str(args.rounds), "--batch", str(args.batch)]
+    command += ["--resolution", str(args.resolution), "--worker", json.dumps(official_subnets(args.resolution))]
+    env = {"PYTHONPATH": str(args.official.resolve())}  # ahead of site-packages: `import ofa` is the official one
+    result = median_of_invocations(command, args.invocations, NAMES, ["threads"], env)
+    for key, value in result.items():
+        print(f"{key:>20}: {value}")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Timing one SGD step of a supernet against its static twins; shared by elastic_overhead.py and
+official_overhead.py.
+
+Imports nothing of this project: official_overhead.py runs it in a process whose ``ofa`` package is
+the official code's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+Runs = dict[str, tuple[Any, torch.nn.Module, torch.optim.Optimizer]]  # name -> (arch, static twin, its optimizer)
+
+
+def sgd_step(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    start = clock()
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    return clock() - start
+
+
+def sgd(model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The optimizer every timed model gets."""
+    return torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+
+
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def measure(
+    supernet: torch.nn.Module,
+    activate: Callable[[Any], object],
+    runs: Runs,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    rounds: int,
+    clock: Callable[[], float],
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[int]]]:
+    """Per-step times and minor page faults of each model, and the per-round supernet/static ratios
+    (two warm-up rounds). ``activate(arch)`` makes the supernet run ``arch``; within a round the two
+    sides alternate which goes first, so machine noise hits both alike."""
+    super_opt = sgd(supernet)
+    keys = [f"{kind}_{name}" for name in runs for kind in ("supernet", "static")]
+    times: dict[str, list[float]] = {key: [] for key in keys}
+    faults: dict[str, list[int]] = {key: [] for key in keys}
+    ratios: dict[str, list[float]] = {name: [] for name in runs}
+    for r in range(rounds + 2):
+        for name, (arch, static, opt) in runs.items():
+            activate(arch)
+            step: dict[str, tuple[float, int]] = {}
+            for kind in ("static", "supernet") if r % 2 else ("supernet", "static"):
+                model, optimizer = (static, opt) if kind == "static" else (supernet, super_opt)
+                before = minor_faults()
+                seconds = sgd_step(model, optimizer, *batch, clock)
+                step[kind] = (seconds, minor_faults() - before)
+            if r >= 2:
+                for kind, (seconds, count) in step.items():
+                    times[f"{kind}_{name}"].append(seconds)
+                    faults[f"{kind}_{name}"].append(count)
+                ratios[name].append(step["supernet"][0] / step["static"][0])
+    return times, ratios, faults
+
+
+def summarize(
+    times: dict[str, list[float]], ratios: dict[str, list[float]], faults: dict[str, list[int]]
+) -> dict[str, object]:
+    """Median step times (ms) and page faults, and each subnet's median ratio with its quartiles."""
+    result: dict[str, object] = {f"{k}_ms": round(statistics.median(v) * 1000, 2) for k, v in times.items()}
+    result.update({f"faults_{k}": statistics.median(v) for k, v in faults.items()})
+    for name, values in ratios.items():
+        q1, q2, q3 = statistics.quantiles(values, n=4)
+        result[f"overhead_{name}"] = round(q2, 3)
+        result[f"overhead_{name}_iqr"] = [round(q1, 3), round(q3, 3)]
+    return result
+
+
+def median_of_invocations(
+    command: list[str],
+    invocations: int,
+    names: list[str],
+    passed_on: list[str],
+    env: dict[str, str] | None = None,
+) -> dict[str, object]:
+    """Run ``command`` (which prints one JSON result as its last line) in ``invocations`` fresh
+    processes, one after another: the median of their ``overhead_*`` figures, each one's
+    (``*_runs``), their page faults, and the ``passed_on`` keys of the first."""
+    runs = []
+    for _ in range(invocations):
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})})
+        if done.returncode != 0:
+            sys.exit(f"{command[1]}: an invocation failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    result: dict[str, object] = {}
+    for name in names:
+        figures = [run[f"overhead_{name}"] for run in runs]
+        result[f"overhead_{name}"] = round(statistics.median(figures), 3)
+        result[f"overhead_{name}_runs"] = figures
+        for kind in ("supernet", "static"):
+            result[f"faults_{kind}_{name}_runs"] = [run[f"faults_{kind}_{name}"] for run in runs]
+    result.update({key: runs[0][key] for key in passed_on})
+    result["invocations"] = invocations
+    return result
