@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from timm.models._efficientnet_blocks import SqueezeExcite
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -51,7 +52,7 @@ def with_supernet_se(static: torch.nn.Module) -> torch.nn.Module:
     the block's width, same weights): the same function, computed by the same code as the supernet's."""
     for block in static.modules():
         se = getattr(block, "se", None)
-        if isinstance(se, torch.nn.Module) and hasattr(se, "conv_reduce"):
+        if isinstance(se, SqueezeExcite):  # blocks without SE hold an nn.Identity there
             same = ElasticSqueezeExcite(se.conv_reduce.in_channels)
             same.load_state_dict(se.state_dict())
             block.se = same.train(se.training)
