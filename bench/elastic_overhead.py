@@ -18,7 +18,6 @@ elasticity costs (slices, kernel transforms, full-size gradients and optimizer s
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))  # the ofa package of this checkout, installed or not
 
-from step_timing import measure, median_of_invocations, sgd, summarize  # noqa: E402
+from step_timing import measure, median_of_invocations, report, sgd, summarize  # noqa: E402
 
 from ofa.arch import Arch  # noqa: E402
 from ofa.elastic import ElasticSqueezeExcite  # noqa: E402
@@ -129,10 +128,7 @@ def main() -> None:
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (the quartiles of the per-round ratios need two)")
     result = several_invocations(args) if args.invocations > 1 else one_invocation(args)
-    for key, value in result.items():
-        print(f"{key:>20}: {value}")
-    if args.json:
-        print(json.dumps(result))
+    report(result, args.json)
 
 
 if __name__ == "__main__":

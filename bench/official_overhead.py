@@ -29,9 +29,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from step_timing import measure, median_of_invocations, sgd, summarize  # noqa: E402
+from step_timing import measure, median_of_invocations, report, sgd, summarize  # noqa: E402
 
-NAMES = ["max", "mid", "min"]
 DEFAULT_WHEEL = HERE.parent / "runs" / "official" / "ofa-0.1.0.post202307202001-py3-none-any.whl"
 
 
@@ -94,13 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"skipped": f"no official ofa package at {args.official}"}))
         return 0
     command = [sys.executable, __file__, "--rounds", str(args.rounds), "--batch", str(args.batch)]
-    command += ["--resolution", str(args.resolution), "--worker", json.dumps(official_subnets(args.resolution))]
+    subnets = official_subnets(args.resolution)
+    command += ["--resolution", str(args.resolution), "--worker", json.dumps(subnets)]
     env = {"PYTHONPATH": str(args.official.resolve())}  # ahead of site-packages: `import ofa` is the official one
-    result = median_of_invocations(command, args.invocations, NAMES, ["threads"], env)
-    for key, value in result.items():
-        print(f"{key:>20}: {value}")
-    if args.json:
-        print(json.dumps(result))
+    report(median_of_invocations(command, args.invocations, list(subnets), ["threads"], env), args.json)
     return 0
 
 

@@ -118,3 +118,11 @@ def median_of_invocations(
     result.update({key: runs[0][key] for key in passed_on})
     result["invocations"] = invocations
     return result
+
+
+def report(result: dict[str, object], as_json: bool) -> None:
+    """One ``key: value`` line per figure, and with ``as_json`` the whole result as the last line."""
+    for key, value in result.items():
+        print(f"{key:>20}: {value}")
+    if as_json:
+        print(json.dumps(result))
