@@ -97,7 +97,7 @@ def several_invocations(args: argparse.Namespace) -> dict[str, object]:
     command += ["--cpu-time"] if args.cpu_time else []
     command += ["--same-se"] if args.same_se else []
     passed_on = ["twin_se", "threads", "clock", "mid_arch", "mid_macs_m"]
-    return median_of_invocations(command, args.invocations, ["max", "mid", "min"], passed_on)
+    return median_of_invocations(command, args.invocations, passed_on)
 
 
 def main() -> None:

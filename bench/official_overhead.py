@@ -93,10 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"skipped": f"no official ofa package at {args.official}"}))
         return 0
     command = [sys.executable, __file__, "--rounds", str(args.rounds), "--batch", str(args.batch)]
-    subnets = official_subnets(args.resolution)
-    command += ["--resolution", str(args.resolution), "--worker", json.dumps(subnets)]
+    command += ["--resolution", str(args.resolution), "--worker", json.dumps(official_subnets(args.resolution))]
     env = {"PYTHONPATH": str(args.official.resolve())}  # ahead of site-packages: `import ofa` is the official one
-    report(median_of_invocations(command, args.invocations, list(subnets), ["threads"], env), args.json)
+    report(median_of_invocations(command, args.invocations, ["threads"], env), args.json)
     return 0
 
 

@@ -82,8 +82,10 @@ def measure(
 def summarize(
     times: dict[str, list[float]], ratios: dict[str, list[float]], faults: dict[str, list[int]]
 ) -> dict[str, object]:
-    """Median step times (ms) and page faults, and each subnet's median ratio with its quartiles."""
-    result: dict[str, object] = {f"{k}_ms": round(statistics.median(v) * 1000, 2) for k, v in times.items()}
+    """Median step times (ms) and page faults, and each subnet's median ratio with its quartiles
+    (``subnets`` names them, in order)."""
+    result: dict[str, object] = {"subnets": list(ratios)}
+    result.update({f"{k}_ms": round(statistics.median(v) * 1000, 2) for k, v in times.items()})
     result.update({f"faults_{k}": statistics.median(v) for k, v in faults.items()})
     for name, values in ratios.items():
         q1, q2, q3 = statistics.quantiles(values, n=4)
@@ -93,14 +95,10 @@ def summarize(
 
 
 def median_of_invocations(
-    command: list[str],
-    invocations: int,
-    names: list[str],
-    passed_on: list[str],
-    env: dict[str, str] | None = None,
+    command: list[str], invocations: int, passed_on: list[str], env: dict[str, str] | None = None
 ) -> dict[str, object]:
-    """Run ``command`` (which prints one JSON result as its last line) in ``invocations`` fresh
-    processes, one after another: the median of their ``overhead_*`` figures, each one's
+    """Run ``command`` (which prints a `summarize` result as JSON on its last line) in ``invocations``
+    fresh processes, one after another: the median of their ``overhead_*`` figures, each one's
     (``*_runs``), their page faults, and the ``passed_on`` keys of the first."""
     runs = []
     for _ in range(invocations):
@@ -109,7 +107,7 @@ def median_of_invocations(
             sys.exit(f"{command[1]}: an invocation failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     result: dict[str, object] = {}
-    for name in names:
+    for name in runs[0]["subnets"]:
         figures = [run[f"overhead_{name}"] for run in runs]
         result[f"overhead_{name}"] = round(statistics.median(figures), 3)
         result[f"overhead_{name}_runs"] = figures
