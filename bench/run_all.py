@@ -106,6 +106,21 @@ BENCHMARKS: dict[str, Benchmark] = {
         ["bench/elastic_overhead.py", "--json", "--rounds", "5", "--same-se"],
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
     ),
+    "elastic_breakdown": Benchmark(
+        ["bench/elastic_breakdown.py", "--json", "--invocations", "3"],
+        "where the smallest subnet's overhead goes: SGD step / the static twin's for four models that compute "
+        "the same function, each adding one part of the supernet (its SE code, its block code with nothing "
+        "elastic, elastic widths and depths, kernel transforms); part_* = differences of successive ratios; "
+        "101 rounds in each of 3 processes",
+        ["bench/elastic_breakdown.py", "--json", "--rounds", "3"],
+        {
+            "part_se_code": "SE code",
+            "part_block_code": "block code",
+            "part_elastic_widths_depths": "elastic widths and depths",
+            "part_kernel_transforms": "kernel transforms",
+        },
+        on_request=True,
+    ),
     "official_overhead": Benchmark(
         ["bench/official_overhead.py", "--json", "--invocations", "3"],
         "the official OFA code timed as elastic_overhead times ours (its supernet's SGD step / its "

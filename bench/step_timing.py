@@ -46,6 +46,18 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def timed_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    clock: Callable[[], float],
+) -> tuple[float, int]:
+    """Seconds and minor page faults of one `sgd_step`."""
+    before = minor_faults()
+    seconds = sgd_step(model, optimizer, *batch, clock)
+    return seconds, minor_faults() - before
+
+
 def measure(
     supernet: torch.nn.Module,
     activate: Callable[[Any], object],
@@ -68,9 +80,7 @@ def measure(
             step: dict[str, tuple[float, int]] = {}
             for kind in ("static", "supernet") if r % 2 else ("supernet", "static"):
                 model, optimizer = (static, opt) if kind == "static" else (supernet, super_opt)
-                before = minor_faults()
-                seconds = sgd_step(model, optimizer, *batch, clock)
-                step[kind] = (seconds, minor_faults() - before)
+                step[kind] = timed_step(model, optimizer, batch, clock)
             if r >= 2:
                 for kind, (seconds, count) in step.items():
                     times[f"{kind}_{name}"].append(seconds)
@@ -79,12 +89,37 @@ def measure(
     return times, ratios, faults
 
 
+def measure_models(
+    models: dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]],
+    batch: tuple[torch.Tensor, torch.Tensor],
+    rounds: int,
+    clock: Callable[[], float],
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[int]]]:
+    """Per-step times and minor page faults of each model, and each later model's per-round ratio to the
+    first (two warm-up rounds). Each round starts one model further along than the last, so machine
+    noise hits all alike."""
+    names = list(models)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    faults: dict[str, list[int]] = {name: [] for name in names}
+    ratios: dict[str, list[float]] = {name: [] for name in names[1:]}
+    for r in range(rounds + 2):
+        start = r % len(names)
+        step = {name: timed_step(*models[name], batch, clock) for name in names[start:] + names[:start]}
+        if r >= 2:
+            for name, (seconds, count) in step.items():
+                times[name].append(seconds)
+                faults[name].append(count)
+            for name in ratios:
+                ratios[name].append(step[name][0] / step[names[0]][0])
+    return times, ratios, faults
+
+
 def summarize(
     times: dict[str, list[float]], ratios: dict[str, list[float]], faults: dict[str, list[int]]
 ) -> dict[str, object]:
-    """Median step times (ms) and page faults, and each subnet's median ratio with its quartiles
-    (``subnets`` names them, in order)."""
-    result: dict[str, object] = {"subnets": list(ratios)}
+    """Median step times (ms) and page faults, and each median ratio with its quartiles (``ratios`` names
+    them, in order)."""
+    result: dict[str, object] = {"ratios": list(ratios)}
     result.update({f"{k}_ms": round(statistics.median(v) * 1000, 2) for k, v in times.items()})
     result.update({f"faults_{k}": statistics.median(v) for k, v in faults.items()})
     for name, values in ratios.items():
@@ -99,7 +134,7 @@ def median_of_invocations(
 ) -> dict[str, object]:
     """Run ``command`` (which prints a `summarize` result as JSON on its last line) in ``invocations``
     fresh processes, one after another: the median of their ``overhead_*`` figures, each one's
-    (``*_runs``), their page faults, and the ``passed_on`` keys of the first."""
+    (``*_runs``), their page faults (``faults_*_runs``), and the ``passed_on`` keys of the first."""
     runs = []
     for _ in range(invocations):
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})})
@@ -107,12 +142,12 @@ def median_of_invocations(
             sys.exit(f"{command[1]}: an invocation failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     result: dict[str, object] = {}
-    for name in runs[0]["subnets"]:
+    for name in runs[0]["ratios"]:
         figures = [run[f"overhead_{name}"] for run in runs]
         result[f"overhead_{name}"] = round(statistics.median(figures), 3)
         result[f"overhead_{name}_runs"] = figures
-        for kind in ("supernet", "static"):
-            result[f"faults_{kind}_{name}_runs"] = [run[f"faults_{kind}_{name}"] for run in runs]
+    for key in (key for key in runs[0] if key.startswith("faults_")):
+        result[f"{key}_runs"] = [run[key] for run in runs]
     result.update({key: runs[0][key] for key in passed_on})
     result["invocations"] = invocations
     return result

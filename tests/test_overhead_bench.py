@@ -2,6 +2,7 @@
 its static twin's."""
 
 import json
+import sys
 import textwrap
 import time
 
@@ -14,6 +15,7 @@ from ofa.supernet import OFAMobileNetV3
 
 overhead = load_bench_script("elastic_overhead")
 official = load_bench_script("official_overhead")
+breakdown = load_bench_script("elastic_breakdown")
 
 
 def test_each_round_times_both_sides_and_trains_both():
@@ -51,6 +53,58 @@ def test_same_se_twin_is_the_same_function_through_the_supernets_se_code():
     assert not any(type(m).__name__ == "SqueezeExcite" for m in same.modules())
     assert sum(isinstance(m, ElasticSqueezeExcite) for m in same.modules()) == len(timm_se)
     torch.testing.assert_close(same(x), expected, rtol=0, atol=1e-6)
+
+
+def test_breakdown_models_compute_the_same_function_each_with_one_more_part_of_the_supernet():
+    torch.manual_seed(0)
+    space = tiny_space()
+    models = breakdown.breakdown_models(space, 12)
+    assert list(models) == ["static", "same_se", "exact", "no_transforms", "supernet"]
+    exact, no_transforms, supernet = models["exact"], models["no_transforms"], models["supernet"]
+    assert exact.space.kernels == (3,) and exact.space.expands == (2,) and exact.space.depths == (1,)
+    assert exact.active_arch == exact.space.max_arch(12)  # nothing to slice: the space's only subnet
+    assert no_transforms.space.kernels == (3,) and no_transforms.space.expands == space.expands
+    assert not any(".transforms." in key for key in no_transforms.state_dict())
+    assert any(".transforms." in key for key in supernet.state_dict())
+    for model in models.values():
+        model.eval()
+    x = torch.randn(2, 3, 12, 12)
+    expected = supernet(x)
+    for name, model in models.items():
+        torch.testing.assert_close(model(x), expected, rtol=0, atol=1e-5, msg=name)
+
+
+def test_measure_models_rotates_the_order_and_divides_by_the_first_model(monkeypatch):
+    order = []
+
+    def fake_step(model, optimizer, batch, clock):
+        order.append(model)
+        return {"a": 2.0, "b": 3.0, "c": 5.0}[model], 0
+
+    monkeypatch.setattr(sys.modules[breakdown.measure_models.__module__], "timed_step", fake_step)
+    models = {name: (name, None) for name in ("a", "b", "c")}
+    times, ratios, faults = breakdown.measure_models(models, (None, None), 2, time.perf_counter)
+    assert order[:9] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert ratios == {"b": [1.5, 1.5], "c": [2.5, 2.5]}
+    assert times["a"] == [2.0, 2.0] and faults["c"] == [0, 0]
+
+
+def test_breakdown_parts_are_the_differences_of_successive_ratios():
+    ratios = {"same_se": 0.98, "exact": 0.99, "no_transforms": 1.01, "supernet": 1.04}
+    result = {f"overhead_{name}": ratio for name, ratio in ratios.items()}
+    parts = breakdown.add_parts(result)
+    assert parts["part_se_code"] == -0.02
+    assert parts["part_block_code"] == 0.01
+    assert parts["part_elastic_widths_depths"] == 0.02
+    assert parts["part_kernel_transforms"] == 0.03
+
+
+@pytest.mark.parametrize("flags", [["--invocations", "0"], ["--rounds", "1"], ["--nope"]])
+def test_breakdown_bad_flags_exit_with_a_usage_error(flags, capsys):
+    with pytest.raises(SystemExit) as exc:
+        breakdown.main(flags)
+    assert exc.value.code == 2
+    assert "elastic_breakdown.py: error:" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flags", [["--invocations", "0"], ["--cpu-time"], ["--rounds", "1"]])
