@@ -1,5 +1,5 @@
-"""Timing one SGD step of a supernet against its static twins; shared by elastic_overhead.py and
-official_overhead.py.
+"""Timing one SGD step of a supernet against the static models it is compared with; shared by
+elastic_overhead.py, official_overhead.py and elastic_breakdown.py.
 
 Imports nothing of this project: official_overhead.py runs it in a process whose ``ofa`` package is
 the official code's.
