@@ -74,7 +74,7 @@ def test_breakdown_models_compute_the_same_function_each_with_one_more_part_of_t
         torch.testing.assert_close(model(x), expected, rtol=0, atol=1e-5, msg=name)
 
 
-def test_measure_models_rotates_the_order_and_divides_by_the_first_model(monkeypatch):
+def test_measure_models_shuffles_the_order_each_round_and_divides_by_the_first_model(monkeypatch):
     order = []
 
     def fake_step(model, optimizer, batch, clock):
@@ -83,10 +83,16 @@ def test_measure_models_rotates_the_order_and_divides_by_the_first_model(monkeyp
 
     monkeypatch.setattr(sys.modules[breakdown.measure_models.__module__], "timed_step", fake_step)
     models = {name: (name, None) for name in ("a", "b", "c")}
-    times, ratios, faults = breakdown.measure_models(models, (None, None), 2, time.perf_counter)
-    assert order[:9] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
-    assert ratios == {"b": [1.5, 1.5], "c": [2.5, 2.5]}
-    assert times["a"] == [2.0, 2.0] and faults["c"] == [0, 0]
+    times, ratios, faults = breakdown.measure_models(models, (None, None), 10, time.perf_counter)
+    rounds = [tuple(order[i : i + 3]) for i in range(0, len(order), 3)]
+    assert len(rounds) == 12 and all(sorted(r) == ["a", "b", "c"] for r in rounds)
+    before = {m: {order[i - 1] for i in range(1, len(order)) if order[i] == m} for m in "abc"}
+    assert all(before[m] - {m} == set("abc") - {m} for m in "abc")  # no model always follows the same one
+    assert ratios == {"b": [1.5] * 10, "c": [2.5] * 10}
+    assert times["a"] == [2.0] * 10 and faults["c"] == [0] * 10
+    order.clear()
+    breakdown.measure_models(models, (None, None), 10, time.perf_counter)
+    assert [tuple(order[i : i + 3]) for i in range(0, len(order), 3)] == rounds  # seeded: the same orders
 
 
 def test_breakdown_parts_are_the_differences_of_successive_ratios():
