@@ -95,19 +95,18 @@ def measure_models(
     batch: tuple[torch.Tensor, torch.Tensor],
     rounds: int,
     clock: Callable[[], float],
-    seed: int = 0,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[int]]]:
     """Per-step times and minor page faults of each model, and each later model's per-round ratio to the
     first (two warm-up rounds). Each round runs the models in a fresh seeded order, so machine noise hits
     all alike and no model always follows the same neighbour (whose freed memory, warm in cache, it would
     reuse when their tensors have the same sizes)."""
     names = list(models)
-    order = random.Random(seed)
+    shuffler = random.Random(0)
     times: dict[str, list[float]] = {name: [] for name in names}
     faults: dict[str, list[int]] = {name: [] for name in names}
     ratios: dict[str, list[float]] = {name: [] for name in names[1:]}
     for r in range(rounds + 2):
-        step = {name: timed_step(*models[name], batch, clock) for name in order.sample(names, len(names))}
+        step = {name: timed_step(*models[name], batch, clock) for name in shuffler.sample(names, len(names))}
         if r >= 2:
             for name, (seconds, count) in step.items():
                 times[name].append(seconds)
