@@ -25,6 +25,7 @@ import argparse
 import ctypes
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -49,15 +50,11 @@ PARTS = {  # part -> (model with it, model without it)
 }
 
 
-def restricted(space: SearchSpace, **choices: list[int]) -> SearchSpace:
-    return SearchSpace.from_dict({**space.to_dict(), **choices})
-
-
 def without_transforms(supernet: OFAMobileNetV3, kernel: int) -> OFAMobileNetV3:
     """A supernet of ``supernet``'s space with ``kernel`` as its only kernel size, whose depthwise weights
     are ``supernet``'s transformed to that size: every subnet with that kernel computes the same function
     in both, the copy without a kernel transform."""
-    net = OFAMobileNetV3(restricted(supernet.space, kernels=[kernel])).train(supernet.training)
+    net = OFAMobileNetV3(replace(supernet.space, kernels=(kernel,))).train(supernet.training)
     state = {k: v for k, v in supernet.state_dict().items() if ".transforms." not in k}
     with torch.no_grad():
         for name, conv in supernet.named_modules():
@@ -74,7 +71,7 @@ def breakdown_models(space: SearchSpace, resolution: int) -> dict[str, torch.nn.
     supernet = OFAMobileNetV3(space).train()
     supernet.set_active(arch)
     static = supernet.extract().train()
-    exact_space = restricted(space, **{name: [min(getattr(space, name))] for name in ("kernels", "expands", "depths")})
+    exact_space = replace(space, **{name: (min(getattr(space, name)),) for name in ("kernels", "expands", "depths")})
     exact = OFAMobileNetV3(exact_space).train()
     exact.load_state_dict(static.state_dict())
     exact.set_active(exact_space.min_arch(resolution))

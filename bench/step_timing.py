@@ -59,6 +59,13 @@ def timed_step(
     return seconds, minor_faults() - before
 
 
+def _record(step: dict[str, tuple[float, int]], times: dict[str, list[float]], faults: dict[str, list[int]]) -> None:
+    """Append one round's ``timed_step`` results, keyed like ``times`` and ``faults``."""
+    for key, (seconds, count) in step.items():
+        times[key].append(seconds)
+        faults[key].append(count)
+
+
 def measure(
     supernet: torch.nn.Module,
     activate: Callable[[Any], object],
@@ -83,9 +90,7 @@ def measure(
                 model, optimizer = (static, opt) if kind == "static" else (supernet, super_opt)
                 step[kind] = timed_step(model, optimizer, batch, clock)
             if r >= 2:
-                for kind, (seconds, count) in step.items():
-                    times[f"{kind}_{name}"].append(seconds)
-                    faults[f"{kind}_{name}"].append(count)
+                _record({f"{kind}_{name}": result for kind, result in step.items()}, times, faults)
                 ratios[name].append(step["supernet"][0] / step["static"][0])
     return times, ratios, faults
 
@@ -108,9 +113,7 @@ def measure_models(
     for r in range(rounds + 2):
         step = {name: timed_step(*models[name], batch, clock) for name in shuffler.sample(names, len(names))}
         if r >= 2:
-            for name, (seconds, count) in step.items():
-                times[name].append(seconds)
-                faults[name].append(count)
+            _record(step, times, faults)
             for name in ratios:
                 ratios[name].append(step[name][0] / step[names[0]][0])
     return times, ratios, faults
