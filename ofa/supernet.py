@@ -93,11 +93,13 @@ class OFAMobileNetV3(nn.Module):
         return kernel_matrices([block.conv_dw for block in blocks], [block.active_kernel for block in blocks])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        blocks = self.active_blocks()
+        # every block's active tensors before the first block runs (see ElasticMBConv.active_tensors)
+        active = [block.active_tensors(matrix) for block, matrix in zip(blocks, self._active_kernel_matrices(blocks))]
         x = self.bn1(self.conv_stem(x))
         x = self.blocks[0](x)
-        blocks = self.active_blocks()
-        for block, matrix in zip(blocks, self._active_kernel_matrices(blocks)):
-            x = block(x, matrix)
+        for block, tensors in zip(blocks, active):
+            x = block(x, tensors)
         x = self.blocks[-1](x)
         x = self.flatten(self.act2(self.conv_head(self.global_pool(x))))
         return self.classifier(self.dropout(x))

@@ -114,6 +114,58 @@ def test_kernel_matrices_built_together_equal_the_crop_then_transform_chain():
             assert (transform.grad is not None and transform.grad.abs().sum() > 0) == used, (name, kernel)
 
 
+def test_blocks_given_tensors_built_up_front_run_as_blocks_slicing_their_own():
+    """The supernet builds every active block's tensors before the first block runs; outputs, gradients
+    and running statistics are bitwise those of blocks that slice their own tensors as they run."""
+    up_front = perturb(OFAMobileNetV3(tiny_space()), seed=5).train()
+    own = copy.deepcopy(up_front)
+    arch = sample_arch(up_front.space, 4)
+    x = torch.randn(3, 3, arch.resolution, arch.resolution, generator=torch.Generator().manual_seed(1))
+    outputs = []
+    for net in (up_front, own):
+        net.set_active(arch)
+        torch.manual_seed(2)  # the classifier's dropout
+        if net is up_front:
+            out = net(x)
+        else:
+            h = net.blocks[0](net.bn1(net.conv_stem(x)))
+            for block in net.active_blocks():
+                h = block(h)
+            h = net.flatten(net.act2(net.conv_head(net.global_pool(net.blocks[-1](h)))))
+            out = net.classifier(net.dropout(h))
+        out.square().sum().backward()
+        outputs.append(out)
+    assert torch.equal(outputs[0], outputs[1])
+    for (name, a), b in zip(up_front.state_dict().items(), own.state_dict().values()):
+        assert torch.equal(a, b), name
+    for (name, a), b in zip(up_front.named_parameters(), own.parameters()):
+        assert (a.grad is None) == (b.grad is None), name
+        assert a.grad is None or torch.equal(a.grad, b.grad), name
+
+
+def test_active_tensors_are_views_where_the_convolution_takes_them_as_they_are():
+    """Prefix slices share the supernet's storage (batch-norm statistics update in place); the projection's
+    column slice is a contiguous copy, as a convolution wants its weight."""
+    net = OFAMobileNetV3(tiny_space())
+    net.set_active(net.space.min_arch())
+    block = next(b for b in net.active_blocks() if b.se is not None)
+    active = block.active_tensors()
+    mid = block.active_mid
+    assert mid < block.max_mid
+    shared = [
+        (active.conv_pw, block.conv_pw.weight),
+        *zip(active.bn1, (block.bn1.running_mean, block.bn1.running_var, block.bn1.weight, block.bn1.bias)),
+        (active.se.reduce_matrix, block.se.conv_reduce.weight),
+        (active.se.expand_matrix, block.se.conv_expand.weight),
+    ]
+    for view, full in shared:
+        assert view.data_ptr() == full.data_ptr() and view.numel() < full.numel()
+    assert active.conv_pw.shape == (mid, block.in_channels, 1, 1) and active.bn2.weight.shape == (mid,)
+    assert active.conv_pwl.is_contiguous() and active.conv_pwl.data_ptr() != block.conv_pwl.weight.data_ptr()
+    assert torch.equal(active.conv_pwl, block.conv_pwl.weight[:, :mid])
+    assert active.conv_dw.shape == (mid, 1, 3, 3)
+
+
 def test_gradients_only_reach_the_active_slice():
     torch.manual_seed(0)
     net = OFAMobileNetV3(tiny_space()).train()

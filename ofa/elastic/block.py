@@ -4,15 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ofa.elastic.ops import ElasticBatchNorm2d, ElasticDepthwiseConv2d, ElasticPointwiseConv2d, ElasticSqueezeExcite
+from ofa.elastic.ops import (
+    BatchNormTensors,
+    ElasticBatchNorm2d,
+    ElasticDepthwiseConv2d,
+    ElasticPointwiseConv2d,
+    ElasticSqueezeExcite,
+    SqueezeExciteTensors,
+)
 from ofa.layers import mid_channels, se_channels
 
 _ACTS = {"relu": F.relu_, "hswish": partial(F.hardswish, inplace=True)}  # in place, as timm's BN+act
+
+
+class BlockTensors(NamedTuple):
+    """The active subnet's weights and statistics of one block: slices (views, where they can be) of
+    the block's tensors, and its depthwise kernel transformed to the active size."""
+
+    conv_pw: torch.Tensor
+    bn1: BatchNormTensors
+    conv_dw: torch.Tensor
+    bn2: BatchNormTensors
+    se: SqueezeExciteTensors | None
+    conv_pwl: torch.Tensor
 
 
 class ElasticMBConv(nn.Module):
@@ -52,34 +72,47 @@ class ElasticMBConv(nn.Module):
         self.active_kernel = kernel
         self.active_mid = mid_channels(self.in_channels, expand)
 
-    def forward(self, x: torch.Tensor, kernel_matrix: torch.Tensor | None = None) -> torch.Tensor:
-        """``kernel_matrix``: this block's entry of `kernel_matrices`, when the supernet built them
-        for all its active blocks at once (the block builds its own otherwise)."""
-        h = self.act(self.bn1(self.conv_pw(x, self.active_mid)))
-        h = self.act(self.bn2(self.conv_dw(h, self.active_kernel, kernel_matrix)))
+    def active_tensors(self, kernel_matrix: torch.Tensor | None = None) -> BlockTensors:
+        """The active slice of every tensor the block runs with (``kernel_matrix``: this block's entry of
+        `kernel_matrices`, when the caller built them for several blocks at once).
+
+        A supernet builds these for all its active blocks before the first one runs. Small ops cost
+        several times as much between convolutions, which leave the caches cold, as back to back; so
+        the slices and kernel transforms run in a row, and so do their backward ops (turning active
+        gradients into full-size ones), which autograd, taking nodes in reverse order of creation,
+        leaves until after the last convolution's backward.
+        """
+        m = self.active_mid
+        return BlockTensors(
+            conv_pw=self.conv_pw.active_weight(m, self.in_channels),
+            bn1=self.bn1.active_tensors(m),
+            conv_dw=self.conv_dw.active_weight(m, self.active_kernel, kernel_matrix),
+            bn2=self.bn2.active_tensors(m),
+            se=None if self.se is None else self.se.active_tensors(m),
+            conv_pwl=self.conv_pwl.active_weight(self.out_channels, m),
+        )
+
+    def forward(self, x: torch.Tensor, active: BlockTensors | None = None) -> torch.Tensor:
+        """``active``: this block's `active_tensors`, when the caller already built them."""
+        active = self.active_tensors() if active is None else active
+        h = self.act(self.bn1(self.conv_pw(x, active.conv_pw), active.bn1))
+        h = self.act(self.bn2(self.conv_dw(h, active.conv_dw), active.bn2))
         if self.se is not None:
-            h = self.se(h)
-        h = self.bn3(self.conv_pwl(h, self.out_channels))
+            h = self.se(h, active.se)
+        h = self.bn3(self.conv_pwl(h, active.conv_pwl))
         return h + x if self.has_skip else h
 
     @torch.no_grad()
     def active_state(self, kernel_matrix: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """State dict of the equivalent static timm block (kernel transforms applied, channels sliced)."""
-        m = self.active_mid
-        state = {
-            "conv_pw.weight": self.conv_pw.active_weight(m, self.in_channels),
-            "conv_dw.weight": self.conv_dw.active_weight(m, self.active_kernel, kernel_matrix),
-            "conv_pwl.weight": self.conv_pwl.active_weight(self.out_channels, m),
-        }
+        active = self.active_tensors(kernel_matrix)
+        state = {f"{name}.weight": getattr(active, name) for name in ("conv_pw", "conv_dw", "conv_pwl")}
         for name in ("bn1", "bn2"):
-            bn = getattr(self, name)
-            for key in ("weight", "bias", "running_mean", "running_var"):
-                state[f"{name}.{key}"] = getattr(bn, key)[:m]
-            state[f"{name}.num_batches_tracked"] = bn.num_batches_tracked
-        for key, value in self.bn3.state_dict().items():
-            state[f"bn3.{key}"] = value
+            state.update({f"{name}.{key}": value for key, value in getattr(active, name)._asdict().items()})
+            state[f"{name}.num_batches_tracked"] = getattr(self, name).num_batches_tracked
+        state.update({f"bn3.{key}": value for key, value in self.bn3.state_dict().items()})
         if self.se is not None:
-            state.update({f"se.{k}": v for k, v in self.se.active_params(m).items()})
+            state.update({f"se.{k}": v for k, v in self.se.active_params(self.active_mid).items()})
         return {k: v.detach().clone() for k, v in state.items()}
 
     @torch.no_grad()

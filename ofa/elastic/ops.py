@@ -1,12 +1,15 @@
 """Dynamic ops: each holds the largest weights and runs a prefix slice (or kernel transform) of them.
 
 Only the active slice takes part in forward and backward; a static layer with the sliced weights
-computes the same function, which is what `active_state` hands to the extracted subnet.
+computes the same function, which is what `active_state` hands to the extracted subnet. Each op's
+``active_*`` method takes the slice and its forward runs with it, so that a supernet can take every
+block's slices before the first block runs (see `ElasticMBConv.active_tensors`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,10 +27,13 @@ class ElasticPointwiseConv2d(nn.Module):
         nn.init.kaiming_normal_(self.weight, mode="fan_out")
 
     def active_weight(self, out_channels: int, in_channels: int) -> torch.Tensor:
-        return self.weight[:out_channels, :in_channels]
+        """The top-left slice, contiguous as the convolution wants it: a view when all input channels
+        are active, else a copy (which the convolution would make anyway, in the middle of a step)."""
+        return _prefix(_prefix(self.weight, out_channels), in_channels, dim=1).contiguous()
 
-    def forward(self, x: torch.Tensor, out_channels: int) -> torch.Tensor:
-        return F.conv2d(x, self.active_weight(out_channels, x.shape[1]))
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """``weight``: this conv's `active_weight` for ``x``'s channels."""
+        return F.conv2d(x, weight)
 
 
 class ElasticDepthwiseConv2d(nn.Module):
@@ -56,14 +62,14 @@ class ElasticDepthwiseConv2d(nn.Module):
         """The first ``channels`` kernels at size ``kernel``; ``matrix`` is this conv's entry of
         `kernel_matrices` when the caller already built it for several convs at once."""
         if kernel == self.kernels[0]:
-            return self.weight[:channels]  # a view: the prefix of a contiguous tensor is contiguous
+            return _prefix(self.weight, channels)  # the prefix of a contiguous tensor is contiguous
         if matrix is None:
             matrix = kernel_matrices([self], [kernel])[0]
         return torch.mm(_flat_prefix(self.weight, channels), matrix).view(channels, 1, kernel, kernel)
 
-    def forward(self, x: torch.Tensor, kernel: int, matrix: torch.Tensor | None = None) -> torch.Tensor:
-        channels = x.shape[1]
-        weight = self.active_weight(channels, kernel, matrix)
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """``weight``: this conv's `active_weight` for ``x``'s channels."""
+        channels, kernel = weight.shape[0], weight.shape[-1]
         return F.conv2d(x, weight, None, self.stride, kernel // 2, 1, channels)
 
 
@@ -119,26 +125,41 @@ def _stacked_kernel_matrices(
     return F.pad(matrix.view(n, -1, first, first), (margin,) * 4).view(n, kernel * kernel, big * big)
 
 
+class BatchNormTensors(NamedTuple):
+    """The first C channels of a batch norm's statistics and affine parameters (views; field names are
+    its state dict's)."""
+
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor
+
+
 class ElasticBatchNorm2d(nn.BatchNorm2d):
     """Batch norm over the first C channels of its statistics and affine parameters."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        c = x.shape[1]  # slicing all C channels returns the tensor itself, so the full width costs nothing
+    def active_tensors(self, channels: int) -> BatchNormTensors:
+        tensors = (self.running_mean, self.running_var, self.weight, self.bias)
+        return BatchNormTensors(*(_prefix(t, channels) for t in tensors))
+
+    def forward(self, x: torch.Tensor, active: BatchNormTensors | None = None) -> torch.Tensor:
+        """``active``: `active_tensors` for ``x``'s channels, when the caller already sliced them."""
+        active = self.active_tensors(x.shape[1]) if active is None else active
         factor = self.momentum
         if self.training:
             self.num_batches_tracked.add_(1)
             if factor is None:  # cumulative average, as used by BN recalibration
                 factor = 1.0 / float(self.num_batches_tracked)
-        return F.batch_norm(
-            x,
-            self.running_mean[:c],
-            self.running_var[:c],
-            self.weight[:c],
-            self.bias[:c],
-            self.training,
-            factor or 0.0,
-            self.eps,
-        )
+        return F.batch_norm(x, *active, self.training, factor or 0.0, self.eps)
+
+
+class SqueezeExciteTensors(NamedTuple):
+    """A squeeze-excite's active weights as the matmuls of `ElasticSqueezeExcite.forward` take them."""
+
+    reduce_bias: torch.Tensor
+    reduce_matrix: torch.Tensor  # conv_reduce.weight[:r, :c] as a transposed (c, r) matrix
+    expand_bias: torch.Tensor
+    expand_matrix: torch.Tensor  # conv_expand.weight[:c, :r] as a transposed (r, c) matrix
 
 
 class ElasticSqueezeExcite(nn.Module):
@@ -159,16 +180,32 @@ class ElasticSqueezeExcite(nn.Module):
             "conv_expand.bias": self.conv_expand.bias[:channels],
         }
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The 1x1 convolutions of timm's SE run as matmuls on the pooled vector: the same sums,
-        without a convolution's setup or the contiguous copies a conv makes of 2-D weight slices."""
-        n, c = x.shape[:2]
-        r = se_channels(c)
+    def active_tensors(self, channels: int) -> SqueezeExciteTensors:
+        r = se_channels(channels)
         reduce, expand = self.conv_reduce, self.conv_expand
-        s = x.mean((2, 3))
-        s = F.relu_(torch.addmm(reduce.bias[:r], s, _top_left_t(reduce.weight, r, c)))
-        s = torch.addmm(expand.bias[:c], s, _top_left_t(expand.weight, c, r))
+        return SqueezeExciteTensors(
+            _prefix(reduce.bias, r),
+            _top_left_t(reduce.weight, r, channels),
+            _prefix(expand.bias, channels),
+            _top_left_t(expand.weight, channels, r),
+        )
+
+    def forward(self, x: torch.Tensor, active: SqueezeExciteTensors | None = None) -> torch.Tensor:
+        """The 1x1 convolutions of timm's SE run as matmuls on the pooled vector: the same sums,
+        without a convolution's setup or the contiguous copies a conv makes of 2-D weight slices.
+        ``active``: `active_tensors` for ``x``'s channels, when the caller already sliced them."""
+        n, c = x.shape[:2]
+        active = self.active_tensors(c) if active is None else active
+        s = F.relu_(torch.addmm(active.reduce_bias, x.mean((2, 3)), active.reduce_matrix))
+        s = torch.addmm(active.expand_bias, s, active.expand_matrix)
         return x * F.hardsigmoid(s).view(n, c, 1, 1)
+
+
+def _prefix(tensor: torch.Tensor, size: int, dim: int = 0) -> torch.Tensor:
+    """The first ``size`` entries of ``tensor`` along ``dim``, and at full size the tensor itself: a
+    full-range slice of a parameter is still an autograd node, whose backward copies the whole gradient
+    into a zero-filled tensor of the same size."""
+    return tensor if size == tensor.shape[dim] else tensor.narrow(dim, 0, size)
 
 
 def _flat_prefix(weight: torch.Tensor, rows: int) -> torch.Tensor:
