@@ -166,6 +166,27 @@ def test_active_tensors_are_views_where_the_convolution_takes_them_as_they_are()
     assert active.conv_dw.shape == (mid, 1, 3, 3)
 
 
+def test_at_full_width_active_tensors_are_the_parameters_themselves():
+    """A full-range slice of a parameter is still an autograd node (whose backward copies the gradient
+    into a zero-filled tensor), so at full width the block runs with the parameters themselves."""
+    net = OFAMobileNetV3(tiny_space())
+    net.set_active(net.space.max_arch())
+    for block in net.active_blocks():
+        active = block.active_tensors()
+        assert active.conv_pw is block.conv_pw.weight and active.conv_pwl is block.conv_pwl.weight
+        assert active.conv_dw is block.conv_dw.weight  # the largest kernel needs no transform
+        for name in ("bn1", "bn2"):
+            bn = getattr(block, name)
+            assert all(
+                a is b for a, b in zip(getattr(active, name), (bn.running_mean, bn.running_var, bn.weight, bn.bias))
+            )
+        if block.se is not None:
+            assert (
+                active.se.reduce_bias is block.se.conv_reduce.bias
+                and active.se.expand_bias is block.se.conv_expand.bias
+            )
+
+
 def test_gradients_only_reach_the_active_slice():
     torch.manual_seed(0)
     net = OFAMobileNetV3(tiny_space()).train()
