@@ -111,8 +111,8 @@ class ElasticMBConv(nn.Module):
             state.update({f"{name}.{key}": value for key, value in getattr(active, name)._asdict().items()})
             state[f"{name}.num_batches_tracked"] = getattr(self, name).num_batches_tracked
         state.update({f"bn3.{key}": value for key, value in self.bn3.state_dict().items()})
-        if self.se is not None:
-            state.update({f"se.{k}": v for k, v in self.se.active_params(self.active_mid).items()})
+        if active.se is not None:
+            state.update({f"se.{key}": value for key, value in active.se.conv_state().items()})
         return {k: v.detach().clone() for k, v in state.items()}
 
     @torch.no_grad()

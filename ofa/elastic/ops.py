@@ -161,6 +161,15 @@ class SqueezeExciteTensors(NamedTuple):
     expand_bias: torch.Tensor
     expand_matrix: torch.Tensor  # conv_expand.weight[:c, :r] as a transposed (r, c) matrix
 
+    def conv_state(self) -> dict[str, torch.Tensor]:
+        """The same tensors as the state dict of timm's SqueezeExcite (1x1 conv weights and biases)."""
+        return {
+            "conv_reduce.weight": self.reduce_matrix.t()[..., None, None],
+            "conv_reduce.bias": self.reduce_bias,
+            "conv_expand.weight": self.expand_matrix.t()[..., None, None],
+            "conv_expand.bias": self.expand_bias,
+        }
+
 
 class ElasticSqueezeExcite(nn.Module):
     """MobileNetV3 squeeze-excite whose width follows the active expanded channels."""
@@ -170,15 +179,6 @@ class ElasticSqueezeExcite(nn.Module):
         reduced = se_channels(channels)
         self.conv_reduce = nn.Conv2d(channels, reduced, 1, bias=True)
         self.conv_expand = nn.Conv2d(reduced, channels, 1, bias=True)
-
-    def active_params(self, channels: int) -> dict[str, torch.Tensor]:
-        r = se_channels(channels)
-        return {
-            "conv_reduce.weight": self.conv_reduce.weight[:r, :channels],
-            "conv_reduce.bias": self.conv_reduce.bias[:r],
-            "conv_expand.weight": self.conv_expand.weight[:channels, :r],
-            "conv_expand.bias": self.conv_expand.bias[:channels],
-        }
 
     def active_tensors(self, channels: int) -> SqueezeExciteTensors:
         r = se_channels(channels)
