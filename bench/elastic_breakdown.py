@@ -35,7 +35,16 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))  # the ofa package of this checkout, installed or not
 
 from elastic_overhead import with_supernet_se  # noqa: E402
-from step_timing import measure_models, median_of_invocations, report, sgd, summarize  # noqa: E402
+from step_timing import (  # noqa: E402
+    add_timing_arguments,
+    check_timing_arguments,
+    invocation_command,
+    measure_models,
+    median_of_invocations,
+    report,
+    sgd,
+    summarize,
+)
 
 from ofa.elastic import ElasticDepthwiseConv2d  # noqa: E402
 from ofa.space import SearchSpace  # noqa: E402
@@ -114,22 +123,13 @@ def one_invocation(args: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=101)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--resolution", type=int, default=128)
-    parser.add_argument("--invocations", type=int, default=1, help="fresh processes (reports the median of theirs)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_timing_arguments(parser, rounds=101, invocations=1)
     args = parser.parse_args(argv)
-    if args.invocations < 1:
-        parser.error("--invocations must be at least 1")
-    if args.rounds < 2:
-        parser.error("--rounds must be at least 2 (the quartiles of the per-round ratios need two)")
+    check_timing_arguments(parser, args)
     if args.invocations == 1:
         result = one_invocation(args)
     else:
-        command = [sys.executable, __file__, "--json", "--rounds", str(args.rounds), "--batch", str(args.batch)]
-        command += ["--resolution", str(args.resolution)]
-        result = median_of_invocations(command, args.invocations, ["threads"])
+        result = median_of_invocations(invocation_command(__file__, args), args.invocations, ["threads"])
     report(add_parts(result), args.json)
     return 0
 

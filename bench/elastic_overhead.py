@@ -30,7 +30,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))  # the ofa package of this checkout, installed or not
 
-from step_timing import measure, median_of_invocations, report, sgd, summarize  # noqa: E402
+from step_timing import (  # noqa: E402
+    add_timing_arguments,
+    check_timing_arguments,
+    invocation_command,
+    measure,
+    median_of_invocations,
+    report,
+    sgd,
+    summarize,
+)
 
 from ofa.arch import Arch  # noqa: E402
 from ofa.elastic import ElasticSqueezeExcite  # noqa: E402
@@ -91,8 +100,7 @@ def three_subnets(space: SearchSpace, resolution: int) -> dict[str, Arch]:
 def several_invocations(args: argparse.Namespace) -> dict[str, object]:
     """The measurement in ``args.invocations`` fresh processes, one after another: the median of their
     medians, and each one's median (``*_runs``)."""
-    command = [sys.executable, __file__, "--json", "--invocations", "1", "--rounds", str(args.rounds)]
-    command += ["--batch", str(args.batch), "--resolution", str(args.resolution)]
+    command = invocation_command(__file__, args)
     command += ["--threads", str(args.threads)] if args.threads is not None else []
     command += ["--cpu-time"] if args.cpu_time else []
     command += ["--same-se"] if args.same_se else []
@@ -102,9 +110,7 @@ def several_invocations(args: argparse.Namespace) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=21)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--resolution", type=int, default=128)
+    add_timing_arguments(parser, rounds=21, invocations=1)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument(
         "--cpu-time",
@@ -116,17 +122,10 @@ def main() -> None:
         action="store_true",
         help="static twin runs the supernet's squeeze-excite code: the ratio counts elasticity alone",
     )
-    parser.add_argument(
-        "--invocations", type=int, default=1, help="fresh processes to run it in (reports the median of theirs)"
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args()
+    check_timing_arguments(parser, args)
     if args.cpu_time and args.threads != 1:
         parser.error("--cpu-time needs --threads 1 (other threads' CPU time would not be counted)")
-    if args.invocations < 1:
-        parser.error("--invocations must be at least 1")
-    if args.rounds < 2:
-        parser.error("--rounds must be at least 2 (the quartiles of the per-round ratios need two)")
     result = several_invocations(args) if args.invocations > 1 else one_invocation(args)
     report(result, args.json)
 

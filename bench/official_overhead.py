@@ -29,7 +29,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from step_timing import measure, median_of_invocations, report, sgd, summarize  # noqa: E402
+import step_timing as timing  # noqa: E402
 
 DEFAULT_WHEEL = HERE.parent / "runs" / "official" / "ofa-0.1.0.post202307202001-py3-none-any.whl"
 
@@ -60,12 +60,12 @@ def worker(args: argparse.Namespace) -> dict[str, object]:
     for name, config in json.loads(args.worker).items():
         supernet.set_active_subnet(**config)
         static = supernet.get_active_subnet(preserve_weight=True).train()
-        runs[name] = (config, static, sgd(static))
+        runs[name] = (config, static, timing.sgd(static))
 
     def activate(config: dict[str, list[int]]) -> None:
         supernet.set_active_subnet(**config)
 
-    result = summarize(*measure(supernet, activate, runs, (x, y), args.rounds, time.perf_counter))
+    result = timing.summarize(*timing.measure(supernet, activate, runs, (x, y), args.rounds, time.perf_counter))
     result["threads"] = torch.get_num_threads()
     return result
 
@@ -73,17 +73,10 @@ def worker(args: argparse.Namespace) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     parser.add_argument("--official", type=Path, default=DEFAULT_WHEEL, help="the official ofa wheel or package folder")
-    parser.add_argument("--rounds", type=int, default=21)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--resolution", type=int, default=128)
-    parser.add_argument("--invocations", type=int, default=3, help="fresh processes (reports the median of theirs)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    timing.add_timing_arguments(parser, rounds=21, invocations=3)
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: the subnets to time, as JSON
     args = parser.parse_args(argv)
-    if args.invocations < 1:
-        parser.error("--invocations must be at least 1")
-    if args.rounds < 2:
-        parser.error("--rounds must be at least 2 (the quartiles of the per-round ratios need two)")
+    timing.check_timing_arguments(parser, args)
     if args.worker is not None:
         print(json.dumps(worker(args)))
         return 0
@@ -92,10 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps({"skipped": f"no official ofa package at {args.official}"}))
         return 0
-    command = [sys.executable, __file__, "--rounds", str(args.rounds), "--batch", str(args.batch)]
-    command += ["--resolution", str(args.resolution), "--worker", json.dumps(official_subnets(args.resolution))]
+    command = [*timing.invocation_command(__file__, args), "--worker", json.dumps(official_subnets(args.resolution))]
     env = {"PYTHONPATH": str(args.official.resolve())}  # ahead of site-packages: `import ofa` is the official one
-    report(median_of_invocations(command, args.invocations, ["threads"], env), args.json)
+    timing.report(timing.median_of_invocations(command, args.invocations, ["threads"], env), args.json)
     return 0
 
 

@@ -7,6 +7,7 @@ the official code's.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -132,6 +133,31 @@ def summarize(
         result[f"overhead_{name}"] = round(q2, 3)
         result[f"overhead_{name}_iqr"] = [round(q1, 3), round(q3, 3)]
     return result
+
+
+def add_timing_arguments(parser: argparse.ArgumentParser, rounds: int, invocations: int) -> None:
+    """The flags every step-timing script takes (``rounds`` and ``invocations`` are its defaults)."""
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--resolution", type=int, default=128)
+    parser.add_argument(
+        "--invocations", type=int, default=invocations, help="fresh processes (reports the median of theirs)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+
+
+def check_timing_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A usage error (exit 2) for counts the measurement cannot run with."""
+    if args.invocations < 1:
+        parser.error("--invocations must be at least 1")
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (the quartiles of the per-round ratios need two)")
+
+
+def invocation_command(script: str, args: argparse.Namespace) -> list[str]:
+    """The command that runs ``script`` once in a fresh process with ``args``' timing flags, printing JSON."""
+    command = [sys.executable, script, "--json", "--invocations", "1", "--rounds", str(args.rounds)]
+    return [*command, "--batch", str(args.batch), "--resolution", str(args.resolution)]
 
 
 def median_of_invocations(
