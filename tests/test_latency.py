@@ -16,7 +16,7 @@ import yaml
 from conftest import load_bench_script
 
 from ofa.cli import main
-from ofa.deploy import lut_build, lut_check
+from ofa.deploy import lut_build, lut_check, timing
 from ofa.deploy.convert import export_onnx
 from ofa.deploy.layer_models import LayerModules, input_shape, layer_specs
 from ofa.deploy.lut_build import TableBuildConfig, build_table, calibration_archs, fit_correction
@@ -31,6 +31,7 @@ from ofa.deploy.timing import (
     measure_onnx,
     noise_pct,
     protocol_from_dict,
+    quantile_stats,
     quiet_rounds,
     repeat_stats,
     summarize,
@@ -44,7 +45,7 @@ from ofa.space import SearchSpace, StageSpec
 from ofa.subnet import count_params
 from search.latency import LatencyTable, space_from_arg
 
-FAST = Standalone(warmup=1, calls=3, blocks=3)
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "standalone_latency.py"
 
 
@@ -230,7 +231,7 @@ def test_standalone_figure_ignores_slow_blocks_and_preempted_calls():
 
     log: list = []
     runners = {name: ScriptedRunner(name, ms, script, log) for name, ms in (("a", 0.5), ("b", 2.0), ("c", 8.0))}
-    protocol = Standalone(warmup=2, calls=20, blocks=7, seed=3)
+    protocol = Standalone(warmup=2, calls=20, blocks=7, seed=3, estimator="median")
     stats = time_models(runners, protocol)
     assert [stats[n]["mean_ms"] for n in "abc"] == pytest.approx([0.5, 2.0, 8.0])
     assert all(stats[n]["count"] == 7 for n in "abc")
@@ -238,7 +239,7 @@ def test_standalone_figure_ignores_slow_blocks_and_preempted_calls():
     assert all(log[i][0] == log[i + 1][0] and (log[i][1], log[i + 1][1]) == (2, 20) for i in range(0, len(log), 2))
     orders = [tuple(name for name, _ in log[i : i + 6 : 2]) for i in range(0, len(log), 6)]
     assert len(orders) == 7 and all(sorted(o) == ["a", "b", "c"] for o in orders) and len(set(orders)) > 1
-    thread = time_models(runners, Standalone(warmup=2, calls=20, blocks=7, clock="thread"))
+    thread = time_models(runners, Standalone(warmup=2, calls=20, blocks=7, clock="thread", estimator="median"))
     assert thread["a"]["mean_ms"] == pytest.approx(0.5)  # the CPU clock keeps every call
 
 
@@ -258,7 +259,7 @@ def test_noise_criterion_flags_blocks_that_disagree():
     def burst(invocation, calls):  # the first 3 blocks of 6 fully preempted (another process's burst)
         return np.full(calls, 5.0 if invocation < 3 else 1.0), np.ones(calls)
 
-    protocol = Standalone(warmup=0, calls=10, blocks=6)
+    protocol = Standalone(warmup=0, calls=10, blocks=6, estimator="median")
     runs = {
         "p": ScriptedRunner("p", 1.0, swinging, []),
         "q": ScriptedRunner("q", 1.0, preempted, []),
@@ -274,53 +275,135 @@ def test_noise_criterion_flags_blocks_that_disagree():
     assert block_figure(wall, cpu * 0.1, "wall", one_thread=False) == (1.2, True)  # worker threads: CPU says nothing
 
 
-def test_too_noisy_build_stops_in_one_line_and_keeps_what_was_measured(tmp_path, monkeypatch, capsys):
-    space, out = small_space(), tmp_path / "t.yaml"
-    original, timings = lut_build.time_models, []
+class BurstyHost:
+    """A simulated host clock: busy spells (calls ``slow`` times slower, invisible to the thread's CPU clock,
+    as when the hypervisor takes the CPU away) come and go with exponential durations, ~60% of the time."""
 
-    def scripted(models, protocol, progress=None):  # the first resolution quiet, then every timing noisy
+    def __init__(self, seed: int, busy_ms: float = 60.0, quiet_ms: float = 40.0, slow: float = 1.5) -> None:
+        self.rng, self.now, self.busy = np.random.default_rng(seed), 0.0, False
+        self.busy_ms, self.quiet_ms, self.slow = busy_ms, quiet_ms, slow
+        self.switch = self.rng.exponential(quiet_ms)
+
+    def call(self, ms: float) -> float:
+        while self.now >= self.switch:
+            self.busy = not self.busy
+            self.switch += self.rng.exponential(self.busy_ms if self.busy else self.quiet_ms)
+        took = ms * (self.slow if self.busy else 1.0) * (1 + 0.01 * abs(self.rng.standard_normal()))
+        self.now += took
+        return took
+
+
+class HostRunner(Runner):
+    """A model of known latency ``ms`` timed on a `BurstyHost`."""
+
+    def __init__(self, host: BurstyHost, ms: float) -> None:
+        self.host, self.ms = host, ms
+
+    def times(self, calls):
+        wall = np.array([self.host.call(self.ms) for _ in range(calls)])
+        return wall, wall.copy()
+
+
+def test_quantile_estimate_holds_on_a_bursty_host_where_the_median_does_not():
+    """Known true latencies on a host busy ~60% of the time in bursts longer than a short block."""
+    true_ms = {"layer": 0.01, "block": 0.1, "subnet": 1.0, "large": 5.0}
+    worst_new, worst_old = 0.0, 0.0
+    for seed in range(4):
+        new = time_models({k: HostRunner(BurstyHost(seed), ms) for k, ms in true_ms.items()}, Standalone(seed=seed))
+        host = BurstyHost(seed)  # the same host for today's median: one host for all its models, as a build has
+        old = time_models({k: HostRunner(host, ms) for k, ms in true_ms.items()}, Standalone(estimator="median"))
+        for k, ms in true_ms.items():
+            worst_new = max(worst_new, abs(new[k]["mean_ms"] / ms - 1))
+            worst_old = max(worst_old, abs(old[k]["mean_ms"] / ms - 1))
+            assert new[k]["count"] >= 15 and 0 < new[k]["ci_pct"] <= 2.0  # converged within its target
+            assert new[k]["spread_pct"] > 5  # the host's burstiness, which the interval is not
+    assert worst_new <= 0.03 < worst_old
+
+
+def test_quantile_interval_narrows_with_blocks_and_covers_the_true_quantile():
+    rng = np.random.default_rng(0)
+    widths = [quantile_stats(1 + rng.exponential(0.1, n), 0.25)["ci_pct"] for n in (15, 60, 240)]
+    assert widths[0] > widths[1] > widths[2]
+    true_q = 1 + 0.1 * np.log(1 / 0.75)  # q25 of 1 + Exp(0.1)
+    trials = [quantile_stats(1 + rng.exponential(0.1, 30), 0.25) for _ in range(400)]
+    covered = np.mean([s["ci_low_ms"] <= true_q <= s["ci_high_ms"] for s in trials])
+    assert covered >= 0.93  # a 95% interval
+    s = trials[0]
+    assert s["ci_pct"] == pytest.approx(100 * (s["ci_high_ms"] - s["ci_low_ms"]) / 2 / s["mean_ms"])
+
+
+def test_blocks_with_host_steal_are_left_out_and_timed_again(monkeypatch):
+    reads = iter([0, 1, 1, 2, 2, 3] + [3] * 100)  # read before and after each block: the first three see steal
+    monkeypatch.setattr(timing, "host_steal_ticks", lambda: next(reads))
+    runner = ScriptedRunner("m", 1.0, lambda i, calls: (np.ones(calls), np.ones(calls)), [])
+    stats = time_models({"m": runner}, Standalone(blocks=5, budget_s=0.0, block_ms=1.0, warmup=0))
+    assert stats["m"]["steal_blocks"] == 3 and stats["m"]["count"] == 5 and runner.invocations == 1 + 8
+    assert protocol_from_dict({"kind": "standalone", "blocks": 7}).estimator == "median"  # tables from before
+
+
+def noisy_after(first_quiet: int, timings: list):
+    """A `time_models` whose first ``first_quiet`` timings are quiet and every later one noisy (±40%)."""
+
+    def scripted(models, protocol, progress=None):
         timings.append(len(models))
-        spread = 0.0 if len(timings) == 1 else 40.0
-        return {k: {**s, "spread_pct": spread} for k, s in original(models, protocol, progress).items()}
+        noise = 0.0 if len(timings) <= first_quiet else 40.0
+        return {k: {**s, "ci_pct": noise, "spread_pct": 2 * noise} for k, s in time_models(models, protocol).items()}
 
-    monkeypatch.setattr(lut_build, "time_models", scripted)
+    return scripted
+
+
+def test_strict_noise_limit_stops_in_one_line_and_keeps_what_was_measured(tmp_path, monkeypatch, capsys):
+    space, out, timings = small_space(), tmp_path / "t.yaml", []
+    monkeypatch.setattr(lut_build, "time_models", noisy_after(1, timings))  # the first resolution quiet
     with pytest.raises(
         OFAError,
-        match=r"too noisy to measure at 12 px: .*40\.0%, 40\.0%, 40\.0% .*--max-noise 5%"
+        match=r"too noisy to measure at 12 px: .*±40\.0%, ±40\.0%, ±40\.0% .*--max-noise 5%"
         r".*resolutions \[8\] kept",
     ) as info:
         build_table(space, build(out, max_noise_pct=5.0))
     assert "\n" not in str(info.value) and len(timings) == 1 + lut_build.NOISE_ATTEMPTS
     doc = yaml.safe_load(out.read_text())
     assert doc["meta"]["resolutions_done"] == [8] and not any(k.startswith("stem:in=12x12") for k in doc["entries"])
-    assert doc["meta"]["noise"]["per_resolution"] == {8: {"noise_pct": 0.0, "max_pct": 5.0, "attempts": 1}}
+    record = doc["meta"]["noise"]["per_resolution"]
+    assert list(record) == [8] and record[8]["noise_pct"] == 0.0 and record[8]["max_pct"] == 5.0
+    assert record[8]["attempts"] == 1 and record[8]["noisy"] is False
 
-    timings.append(0)  # from now on every timing is noisy: the CLI says so in one line and writes nothing
-    fresh = tmp_path / "fresh.yaml"
-    space_file = tmp_path / "space.yaml"
+    monkeypatch.setattr(lut_build, "time_models", noisy_after(0, timings))  # from now on every timing is noisy:
+    # with --max-noise the CLI says so in one line and writes nothing
+    fresh, space_file = tmp_path / "fresh.yaml", tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump({"space": space.to_dict()}))
-    assert (
-        main(
-            [
-                "lut",
-                "build",
-                "--space",
-                str(space_file),
-                "--out",
-                str(fresh),
-                "--repeats",
-                "2",
-                "--calls",
-                "2",
-                "--calibrate",
-                "3",
-                "--quiet",
-            ]
-        )
-        == 2
-    )
+    argv = ["lut", "build", "--space", str(space_file), "--out", str(fresh), "--repeats", "2", "--calls", "2",
+            "--calibrate", "3", "--time-budget", "0", "--quiet"]  # fmt: skip
+    assert main([*argv, "--max-noise", "5"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "too noisy to measure at 8 px" in err and not fresh.exists()
+
+
+def test_noisy_build_warns_writes_and_remeasures_only_the_noisy_resolutions(tmp_path, monkeypatch, capsys):
+    space, timings = small_space(), []
+    out, space_file = tmp_path / "t.yaml", tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump({"space": space.to_dict()}))
+    argv = ["lut", "build", "--space", str(space_file), "--out", str(out), "--repeats", "2", "--calls", "2",
+            "--calibrate", "3", "--time-budget", "0", "--quiet"]  # fmt: skip
+    monkeypatch.setattr(lut_build, "time_models", noisy_after(1, timings))  # 8 px quiet, 12 px noisy
+    assert main(argv) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "warning: 12 px measured to ±40.0% only" in err[0] and "--remeasure-noisy" in err[0]
+    meta = LatencyTable.load(out).meta
+    assert meta["complete"] and meta["resolutions_done"] == [8, 12]
+    assert lut_build.noisy_resolutions(meta) == [12] and meta["noise"]["per_resolution"][12]["spread_pct"] == 80.0
+    before = yaml.safe_load(out.read_text())["entries"]
+
+    timings.clear()
+    monkeypatch.setattr(lut_build, "time_models", noisy_after(99, timings))  # a quiet machine now
+    assert main([*argv, "--remeasure-noisy"]) == 0
+    assert len(timings) == 1 and capsys.readouterr().err.strip() == ""  # 12 px alone timed again, no warning
+    meta = LatencyTable.load(out).meta
+    assert lut_build.noisy_resolutions(meta) == [] and meta["resolutions_done"] == [8, 12]
+    after = yaml.safe_load(out.read_text())["entries"]
+    assert set(after) == set(before)
+    kept = set(LayerModules(space).for_resolution(8))
+    assert kept and all(after[k] == before[k] for k in kept)  # 8 px was not timed again
 
 
 def test_interleaved_protocol_and_thread_clock_stay_available(tmp_path):
@@ -347,7 +430,7 @@ def test_export_measurement_is_standalone_whatever_built_the_table(space):
     table = synthetic_table(space)
     interleaved = LatencyTable({**table.meta, "protocol": Interleaved().to_dict()}, table.entries)
     latency = measure_latencies({"fp32": proto}, model, (1, 3, 16, 16), interleaved)["fp32"]
-    assert latency.source.startswith("standalone, wall clock, median of 7 blocks") and latency.samples == 7
+    assert latency.source.startswith("standalone, wall clock, q25 of at least 15 blocks") and latency.samples >= 15
     fast = measure_latencies({"fp32": proto}, model, (1, 3, 16, 16), table)["fp32"]  # the table's own settings
     assert fast.samples == FAST.blocks and fast.mean_ms > 0
 
@@ -422,7 +505,7 @@ def test_measure_onnx_times_an_exported_model(tmp_path):
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
     path = export_onnx(model, (1, 3, 16, 16), tmp_path / "m.onnx")
     stats = measure_onnx(path, (1, 3, 16, 16), TimingConfig(protocol=Standalone(blocks=5, calls=4, warmup=1)))
-    assert stats["mean_ms"] > 0 and stats["count"] == 5
+    assert stats["mean_ms"] > 0 and stats["count"] >= 5
     with pytest.raises(OFAError, match="not found"):
         measure_onnx(tmp_path / "nope.onnx", (1, 3, 16, 16))
     with pytest.raises(OFAError, match=r"input of shape \[1, 3, 9\]"):
@@ -496,6 +579,8 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
                 "3",
                 "--max-noise",
                 "1e6",
+                "--time-budget",
+                "0",
                 "--quiet",
             ]
         )
@@ -505,7 +590,8 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     assert meta["command"].startswith("ofa lut build --space") and meta["complete"]
     assert meta["protocol"]["kind"] == "standalone" and meta["clock"] == "wall"
     assert meta["protocol"]["blocks"] == 4 and meta["protocol"]["calls"] == 3
-    assert set(meta["noise"]["per_resolution"]) == {8, 12} and "interquartile" in meta["noise"]["criterion"]
+    assert set(meta["noise"]["per_resolution"]) == {8, 12} and "95% confidence" in meta["noise"]["criterion"]
+    assert meta["protocol"]["estimator"] == "quantile" and meta["protocol"]["budget_s"] == 0
     capsys.readouterr()
     # subnets are loaded and timed in blocks (here of at most 5 models, the probes in each resolution's first)
     timed = []
@@ -526,6 +612,8 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
                 "4",
                 "--repeats",
                 "4",
+                "--time-budget",
+                "0",
                 "--out",
                 str(out),
                 "--json",
@@ -534,7 +622,7 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
         )
         == 0
     )
-    assert timed == [2 + lut_build.PROBES, 2] * 2
+    assert timed == [2 + lut_build.PROBES, 2, 2] * 2  # first block, second block, first block again (retest)
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 8 and set(summary["per_resolution"]) == {"8", "12"}
     assert all(s["machine_drift"] > 0 and s["noise_pct"] >= 0 for s in summary["per_resolution"].values())

@@ -42,17 +42,25 @@ def _add_build(verbs: Any) -> None:
         help="wall (standalone default), thread: the thread's CPU time, auto (interleaved default)",
     )
     build.add_argument(
-        "--repeats", type=int, help="blocks per model (standalone, default 7) or rounds (interleaved, default 150)"
+        "--repeats",
+        type=int,
+        help="least kept blocks per model (standalone, default 15) or rounds (interleaved, default 150)",
     )
-    build.add_argument("--calls", type=int, help="timed calls per block (default 50) or per round (default 2)")
+    build.add_argument(
+        "--calls", type=int, help="least timed calls per block (standalone, default 3) or per round (default 2)"
+    )
     build.add_argument("--warmup", type=int, help="untimed calls before each block (default 10)")
+    _add_estimator_args(build)
     build.add_argument(
         "--max-noise",
         type=float,
-        default=5.0,
         metavar="PCT",
-        help="a resolution whose whole subnets' block medians spread more (IQR, %% of median) is "
-        "timed again, and after 3 tries the build stops without writing it (default 5)",
+        help="strict (for tables built in CI): a resolution whose whole subnets' figures are less sure than "
+        "±PCT (95%% interval) is timed again, and after 3 tries the build stops without writing it "
+        "(default: warn above 5%%, write it and mark it noisy)",
+    )
+    build.add_argument(
+        "--remeasure-noisy", action="store_true", help="resuming OUT: time the resolutions it marks noisy again"
     )
     build.add_argument(
         "--calibrate",
@@ -86,12 +94,14 @@ def _add_check(verbs: Any) -> None:
         default="standalone",
         help="standalone (default): as a user measures; table: the table's own protocol",
     )
+    _add_estimator_args(check)
     check.add_argument(
         "--max-noise",
         type=float,
         default=5.0,
         metavar="PCT",
-        help="report a resolution as too noisy to judge above this spread (default 5)",
+        help="report a resolution as too noisy to judge when a test-retest of its subnets differs by more "
+        "(median, %%; default 5)",
     )
     check.add_argument("--seed", type=int, default=0)
     check.add_argument(
@@ -101,6 +111,21 @@ def _add_check(verbs: Any) -> None:
     _add_runner_args(check)
     check.add_argument("--quiet", action="store_true", help="no progress bars")
     check.set_defaults(func=run_check)
+
+
+def _add_estimator_args(parser: Any) -> None:
+    parser.add_argument(
+        "--target",
+        type=float,
+        metavar="PCT",
+        help="standalone: blocks are added until each figure's 95%% interval is within ±PCT (default 2)",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="S",
+        help="standalone: most seconds of timing per model once its least blocks are in (default 3)",
+    )
 
 
 def _add_runner_args(parser: Any) -> None:
@@ -147,11 +172,17 @@ def _add_pack_and_import(verbs: Any) -> None:
 def run_build(args: argparse.Namespace) -> int:
     if args.runner or args.runner_regex:
         return run_build_with_runner(args)
-    from ofa.deploy.lut_build import TableBuildConfig, build_table_file
+    from ofa.deploy.lut_build import TableBuildConfig, build_table_file, noise_text
     from ofa.deploy.timing import PROTOCOLS, with_overrides
 
     protocol = with_overrides(
-        PROTOCOLS[args.protocol](), repeats=args.repeats, warmup=args.warmup, calls=args.calls, clock=args.clock
+        PROTOCOLS[args.protocol](),
+        repeats=args.repeats,
+        warmup=args.warmup,
+        calls=args.calls,
+        clock=args.clock,
+        target_pct=args.target,
+        budget_s=args.time_budget,
     )
     cfg = TableBuildConfig(
         out=args.out,
@@ -162,6 +193,7 @@ def run_build(args: argparse.Namespace) -> int:
         protocol=protocol,
         calibrate=args.calibrate,
         max_noise_pct=args.max_noise,
+        remeasure_noisy=args.remeasure_noisy,
         seed=args.seed,
         device=args.device,
         command=args.command_line,
@@ -174,7 +206,7 @@ def run_build(args: argparse.Namespace) -> int:
         print(
             f"  {r} px: correction scale {fit['scale']:.4f} offset {fit['offset']:+.4f} ms "
             f"(fit MAPE {fit['fit_mape_pct']:.2f}% on {len(fit['points'])} calibration subnets)"
-            + (f"; noise {noise[r]['noise_pct']:.2f}% (allowed {noise[r]['max_pct']:g}%)" if r in noise else "")
+            + (f"; {noise_text(noise[r])}" if r in noise else "")
         )
     return 0
 
@@ -191,6 +223,8 @@ def run_check(args: argparse.Namespace) -> int:
         seed=args.seed,
         repeats=args.repeats,
         protocol=args.protocol,
+        target_pct=args.target,
+        budget_s=args.time_budget,
         max_noise_pct=args.max_noise,
         progress=not args.quiet,
     )
@@ -216,8 +250,8 @@ def run_check(args: argparse.Namespace) -> int:
         )
     if result.summary["too_noisy"]:
         print(
-            f"too noisy to measure at {result.summary['too_noisy']} px: probe block medians spread more than "
-            f"{result.summary['max_noise_pct']:g}%; the errors there do not judge the table"
+            f"too noisy to measure at {result.summary['too_noisy']} px: a test-retest of its subnets differed by "
+            f"more than {result.summary['max_noise_pct']:g}%; the errors there do not judge the table"
         )
     print(f"wrote {report.rows_path}, {report.summary_path}, {report.plot_path}")
     if args.json:

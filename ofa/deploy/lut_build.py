@@ -6,11 +6,13 @@ in the same shuffled blocks (`ofa.deploy.timing`, standalone by default), so the
 the subnets sees the machine in the state the layers saw. After each resolution the table is rewritten
 atomically; an interrupted build resumes from the resolutions already done and never re-measures them.
 
-A resolution whose whole subnets (probes and calibration subnets: a wrong one would bend the
-correction) vary more than ``max_noise_pct`` between blocks (`NOISE_CRITERION`) is timed again, up to
-``NOISE_ATTEMPTS`` times; still too noisy, the build stops with one line and writes nothing for it: a
-table never holds figures the machine could not measure. Each resolution's noise is recorded in
-``meta.noise``.
+Each resolution's noise is recorded in ``meta.noise`` (`NOISE_CRITERION`: how sure the figures of its
+whole subnets are, probes and calibration subnets, since a wrong one would bend the correction; and
+the host's burstiness beside it). A noisy machine does not stop a build: a resolution above
+`WARN_NOISE_PCT` gets one warning line that says what the figure means for the table, is written, and
+is marked ``noisy``, so a later run with ``remeasure_noisy`` times only those again. A strict
+``max_noise_pct`` (for tables built in CI) refuses instead: the resolution is timed again, up to
+``NOISE_ATTEMPTS`` times, then the build stops with one line and writes nothing for it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import platform
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,12 +34,13 @@ from ofa.deploy.convert import DEFAULT_OPSET
 from ofa.deploy.layer_models import LayerModules, empty_runner, input_shape, subnet_runners
 from ofa.deploy.runtimes import Runner, backend_device, check_backend, make_runner, runtime_info
 from ofa.deploy.timing import (
-    DEFAULT_MAX_NOISE_PCT,
     NOISE_CRITERION,
+    WARN_NOISE_PCT,
     Protocol,
     Standalone,
     Stats,
     noise_pct,
+    spread_pct,
     time_models,
 )
 from ofa.encoding import GeneLayout, sample_arch
@@ -63,7 +67,8 @@ class TableBuildConfig:
     batch: int = 1
     protocol: Protocol = field(default_factory=Standalone)
     calibrate: int = 10  # whole subnets per resolution for the correction (0: none)
-    max_noise_pct: float = DEFAULT_MAX_NOISE_PCT  # probes' block-median spread above which a resolution fails
+    max_noise_pct: float | None = None  # strict: refuse a resolution noisier than this (default: warn and go on)
+    remeasure_noisy: bool = False  # resuming: time the resolutions recorded as noisy again
     seed: int = 0
     device: str | None = None  # name stored in meta (default: host name)
     command: str = ""  # the command line, stored in meta so an unfinished build can be resumed
@@ -77,7 +82,7 @@ class TableBuildConfig:
             raise OFAError(
                 f"--calibrate: need 0 (no correction) or at least 2 subnets per resolution, got {self.calibrate}"
             )
-        if not self.max_noise_pct > 0:
+        if self.max_noise_pct is not None and not self.max_noise_pct > 0:
             raise OFAError(f"--max-noise: expected a positive percentage, got {self.max_noise_pct}")
         if self.resolutions and min(self.resolutions) < 1:
             raise OFAError(f"--resolutions: expected positive integers, got {list(self.resolutions)}")
@@ -167,12 +172,16 @@ def fit_correction(raw_ms: Sequence[float], measured_ms: Sequence[float]) -> tup
 
 # --------------------------------------------------------------------------------- the build
 def build_table(
-    space: SearchSpace, cfg: TableBuildConfig, on_resolution_done: Callable[[int], None] | None = None
+    space: SearchSpace,
+    cfg: TableBuildConfig,
+    on_resolution_done: Callable[[int], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> LatencyTable:
     """Measure (or resume measuring) a latency table for ``space`` and write it to ``cfg.out``.
 
-    ``on_resolution_done(r)`` runs after each resolution is saved. Raises `OFAError` when ``cfg.out``
-    holds another file or a table built with other settings.
+    ``on_resolution_done(r)`` runs after each resolution is saved; ``warn`` receives the one-line warning
+    of a noisy resolution (default: standard error). Raises `OFAError` when ``cfg.out`` holds another
+    file or a table built with other settings, or (strict ``max_noise_pct``) for a resolution too noisy.
     """
     res = tuple(sorted(set(cfg.resolutions or space.resolutions)))
     space = replace(space, resolutions=res)
@@ -180,10 +189,13 @@ def build_table(
     entries: dict[str, Any] = {}
     if cfg.out.exists():
         meta, entries = _resume(cfg.out, meta)
+    if cfg.remeasure_noisy:
+        meta["resolutions_done"] = [r for r in meta["resolutions_done"] if r not in noisy_resolutions(meta)]
     todo = [r for r in res if r not in meta["resolutions_done"]]
     modules = LayerModules(space)
     for r in todo:
         _measure_resolution(space, r, modules, meta, entries, cfg)
+        _warn_if_noisy(meta, r, cfg, warn or (lambda line: print(line, file=sys.stderr)))
         meta["resolutions_done"] = sorted([*meta["resolutions_done"], r])
         meta["complete"] = len(meta["resolutions_done"]) == len(res)
         save_table(cfg.out, meta, entries)
@@ -298,27 +310,64 @@ def _measure_resolution(
 def _time_quietly(
     models: Mapping[str, Runner], judged: Sequence[str], r: int, meta: dict[str, Any], cfg: TableBuildConfig
 ) -> dict[str, Stats]:
-    """Time ``models`` until the ``judged`` ones (whole subnets) are quiet enough; record the noise in meta.
+    """Time ``models``; record how noisy the ``judged`` ones (whole subnets) were in meta.
 
-    Raises `OFAError` (one line, nothing written for ``r``) after `NOISE_ATTEMPTS` noisy timings.
+    Strict (``cfg.max_noise_pct``): timed again while too noisy, then `OFAError` (one line, nothing written
+    for ``r``) after `NOISE_ATTEMPTS` timings. Otherwise one timing, whatever its noise.
     """
     noise: list[float] = []
-    for attempt in range(1, NOISE_ATTEMPTS + 1):
+    attempts = NOISE_ATTEMPTS if cfg.max_noise_pct is not None else 1
+    for attempt in range(1, attempts + 1):
         desc = f"time r={r} ({len(models)} models{f', attempt {attempt}' if attempt > 1 else ''})"
-        with tqdm(total=cfg.protocol.repeats, desc=desc, disable=not cfg.progress) as bar:
+        with tqdm(total=_progress_total(cfg.protocol, len(models)), desc=desc, disable=not cfg.progress) as bar:
             stats = time_models(models, cfg.protocol, bar.update)
         noise.append(round(noise_pct(stats, judged), 3))
-        if noise[-1] <= cfg.max_noise_pct:
+        if cfg.max_noise_pct is None or noise[-1] <= cfg.max_noise_pct:
             record = meta.setdefault("noise", {"criterion": NOISE_CRITERION, "per_resolution": {}})
-            record["per_resolution"][r] = {"noise_pct": noise[-1], "max_pct": cfg.max_noise_pct, "attempts": attempt}
+            record["per_resolution"][r] = {
+                "noise_pct": noise[-1],
+                "spread_pct": round(spread_pct(stats, judged), 3),
+                "steal_blocks": int(sum(stats[n].get("steal_blocks", 0) for n in models)),
+                "max_pct": cfg.max_noise_pct,
+                "noisy": noise[-1] > (cfg.max_noise_pct or WARN_NOISE_PCT),
+                "attempts": attempt,
+            }
             return stats
     kept = meta["resolutions_done"]
     raise OFAError(
-        f"{cfg.out}: too noisy to measure at {r} px: whole subnets' block medians varied by "
-        f"{', '.join(f'{n:.1f}%' for n in noise)} (interquartile range / median) in {NOISE_ATTEMPTS} "
-        f"attempts, more than --max-noise {cfg.max_noise_pct:g}%; nothing written for {r} px"
+        f"{cfg.out}: too noisy to measure at {r} px: whole subnets' latency figures were sure to only "
+        f"{', '.join(f'±{n:.1f}%' for n in noise)} (95% interval) in {attempts} attempts, more than "
+        f"--max-noise {cfg.max_noise_pct:g}%; nothing written for {r} px"
         f"{f' (resolutions {kept} kept; rerun to resume)' if kept else ''}"
     )
+
+
+def _progress_total(protocol: Protocol, models: int) -> int:
+    return protocol.progress_total(models) if isinstance(protocol, Standalone) else protocol.repeats
+
+
+def noisy_resolutions(meta: Mapping[str, Any]) -> list[int]:
+    """The resolutions a table's meta records as noisy (above the warning level or its strict limit)."""
+    per = ((meta.get("noise") or {}).get("per_resolution")) or {}
+    return sorted(int(r) for r, rec in per.items() if isinstance(rec, Mapping) and rec.get("noisy"))
+
+
+def noise_text(rec: Mapping[str, Any]) -> str:
+    """One resolution's noise record as a phrase: how sure, how bursty, and the verdict."""
+    limit = f"limit {rec['max_pct']:g}%" if rec.get("max_pct") is not None else f"warning above {WARN_NOISE_PCT:g}%"
+    spread = f", blocks spread {rec['spread_pct']:.1f}%" if "spread_pct" in rec else ""
+    return f"noise ±{rec['noise_pct']:.2f}%{spread} ({limit}{', NOISY' if rec.get('noisy') else ''})"
+
+
+def _warn_if_noisy(meta: Mapping[str, Any], r: int, cfg: TableBuildConfig, warn: Callable[[str], None]) -> None:
+    rec = meta["noise"]["per_resolution"][r]
+    if rec["noisy"]:
+        warn(
+            f"{cfg.out}: warning: {r} px measured to ±{rec['noise_pct']:.1f}% only (95% interval of whole "
+            f"subnets' figures; their blocks spread {rec['spread_pct']:.0f}%: a busy host), so its predictions "
+            f"may be off by about that much; written and marked noisy: `--remeasure-noisy` times it again, "
+            f"`--max-noise` refuses instead"
+        )
 
 
 def correction_record(

@@ -4,8 +4,11 @@ Random subnets (never the table's calibration subnets) are built as timm models,
 backend and timed standalone (`ofa.deploy.timing.Standalone`: each on its own, warm, wall clock; the
 table's settings when it was built that way): the latency its predictions are for, whatever protocol
 built it. ``protocol="table"`` repeats the table's own protocol instead. Predicted and measured
-latencies are compared per resolution and overall (MAPE, share within ±10%, Spearman rank correlation),
-and the measurement's own noise is reported per resolution (`ofa.deploy.timing.NOISE_CRITERION`).
+latencies are compared per resolution and overall (MAPE, share within ±10%, Spearman rank correlation):
+those raw errors are the verdict. The measurement's own noise is reported beside them per resolution,
+from a test-retest of the check's own subnets: the first block of each resolution is timed again after
+its last one, and ``noise_pct`` is the median difference between the two timings (the estimator's own
+95% interval, ``ci_pct``, beside it).
 
 Memory stays bounded for any number of subnets: they are loaded and timed in blocks of at most
 ``MAX_LOADED`` models, and each block's sessions are released before the next is built.
@@ -21,8 +24,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,7 @@ from ofa.arch import Arch
 from ofa.deploy.layer_models import subnet_runners
 from ofa.deploy.runtimes import backend_device, check_backend
 from ofa.deploy.timing import (
-    DEFAULT_MAX_NOISE_PCT,
+    WARN_NOISE_PCT,
     Protocol,
     Standalone,
     Stats,
@@ -67,7 +70,9 @@ class CheckConfig:
     seed: int = 0
     repeats: int | None = None  # blocks (standalone) or rounds (interleaved); default: the protocol's
     protocol: str = "standalone"  # or "table": the table's own protocol
-    max_noise_pct: float = DEFAULT_MAX_NOISE_PCT  # above it a resolution is reported as too noisy to judge
+    target_pct: float | None = None  # standalone: the estimator's interval target; default: the protocol's
+    budget_s: float | None = None  # standalone: most seconds per model; default: the protocol's
+    max_noise_pct: float = WARN_NOISE_PCT  # test-retest difference above which a resolution is too noisy to judge
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -145,55 +150,58 @@ def _blocks(items: Sequence[int], probes: int) -> list[Sequence[int]]:
 
 
 def _time_block(
-    table: LatencyTable,
-    archs: Sequence[Arch],
-    probes: Sequence[Arch],
-    protocol: Protocol,
-    progress: Callable[[int], None],
+    table: LatencyTable, archs: Sequence[Arch], probes: Sequence[Arch], protocol: Protocol
 ) -> tuple[list[Stats], list[Stats]]:
     """Load one block of subnets with the probes, time them together, release them: (subnet, probe) stats."""
     meta, space = table.meta, table.space
     runners = subnet_runners(space, archs, meta["backend"], meta["batch"], meta["threads"])
     probe_runners = subnet_runners(space, probes, meta["backend"], meta["batch"], meta["threads"])
-    stats = time_models({**runners, **{f"<probe>{k}": v for k, v in probe_runners.items()}}, protocol, progress)
+    stats = time_models({**runners, **{f"<probe>{k}": v for k, v in probe_runners.items()}}, protocol)
     return [stats[k] for k in runners], [stats[f"<probe>{k}"] for k in probe_runners]
 
 
 def _measure(
     table: LatencyTable, archs: Sequence[Arch], resolutions: Sequence[int], protocol: Protocol, progress: bool
-) -> tuple[list[Stats], dict[int, float], dict[int, float]]:
-    """Measured stats of every arch (in order), the machine drift and the noise per resolution.
+) -> tuple[list[Stats], dict[int, dict[str, float]]]:
+    """Measured stats of every arch (in order), and per resolution the machine drift and the noise.
 
-    The noise is judged on the probes (timed in each resolution's first block), or on the subnets of
-    that first block where the table has no probes.
+    Drift: the probes (timed in each resolution's first block) now / at build time. Noise: that first
+    block's subnets timed again after the resolution's last block (test-retest, median |difference| %),
+    and the widest 95% interval of the estimator among them.
     """
     probes = {r: table.probes(r) for r in resolutions}
     plan = {r: _blocks([i for i, a in enumerate(archs) if a.resolution == r], len(probes[r])) for r in resolutions}
     measured: dict[int, Stats] = {}
-    drift, noise = {}, {}
-    blocks = sum(len(b) for b in plan.values())
-    with tqdm(
-        total=protocol.repeats * blocks, desc=f"time {len(archs)} subnets in {blocks} block(s)", disable=not progress
-    ) as bar:
+    per_res: dict[int, dict[str, float]] = {}
+    blocks = sum(len(b) + 1 for b in plan.values())
+    with tqdm(total=blocks, desc=f"time {len(archs)} subnets in {blocks} block(s)", disable=not progress) as bar:
         for r, (first, *rest) in plan.items():
-            stats, probe_stats = _time_block(
-                table, [archs[i] for i in first], [a for a, _ in probes[r]], protocol, bar.update
-            )
+            stats, probe_stats = _time_block(table, [archs[i] for i in first], [a for a, _ in probes[r]], protocol)
+            bar.update(1)
             measured.update(zip(first, stats))
-            ratios = [s["mean_ms"] / then for s, (_, then) in zip(probe_stats, probes[r])]
-            drift[r] = float(np.median(ratios)) if ratios else 1.0
-            judged = dict(enumerate(probe_stats or stats))
-            noise[r] = noise_pct(judged, list(judged))
             for block in rest:
-                measured.update(zip(block, _time_block(table, [archs[i] for i in block], [], protocol, bar.update)[0]))
-    return [measured[i] for i in range(len(archs))], drift, noise
+                measured.update(zip(block, _time_block(table, [archs[i] for i in block], [], protocol)[0]))
+                bar.update(1)
+            retest, _ = _time_block(table, [archs[i] for i in first], [], replace(protocol, seed=protocol.seed + 1))
+            bar.update(1)
+            ratios = [s["mean_ms"] / then for s, (_, then) in zip(probe_stats, probes[r])]
+            per_res[r] = {
+                "machine_drift": float(np.median(ratios)) if ratios else 1.0,
+                "noise_pct": float(
+                    np.median([abs(b["mean_ms"] / a["mean_ms"] - 1) * 100 for a, b in zip(stats, retest)])
+                ),
+                "ci_pct": noise_pct(dict(enumerate(stats)), list(range(len(stats)))),
+            }
+    return [measured[i] for i in range(len(archs))], per_res
 
 
 def check_protocol(table: LatencyTable, cfg: CheckConfig) -> Protocol:
     """How the check times: standalone (the table's settings if it was built standalone) or the table's own."""
     stored = protocol_from_dict(table.meta["protocol"], f"{table.source}: meta.protocol")
     protocol = stored if cfg.protocol == "table" or isinstance(stored, Standalone) else Standalone()
-    return with_overrides(protocol, repeats=cfg.repeats)
+    if not isinstance(protocol, Standalone):
+        return with_overrides(protocol, repeats=cfg.repeats)
+    return with_overrides(protocol, repeats=cfg.repeats, target_pct=cfg.target_pct, budget_s=cfg.budget_s)
 
 
 def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
@@ -207,7 +215,8 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
     protocol = check_protocol(table, cfg)
     resolutions = list(cfg.resolutions or table.space.resolutions)
     archs = sample_check_archs(table, resolutions, cfg.n, cfg.seed)
-    stats, drift, noise = _measure(table, archs, resolutions, protocol, cfg.progress)
+    stats, per_res = _measure(table, archs, resolutions, protocol, cfg.progress)
+    drift = {r: per_res[r]["machine_drift"] for r in resolutions}
     rows = []
     for arch, s in zip(archs, stats):
         predicted, measured = table.predict(arch), s["mean_ms"]
@@ -234,12 +243,11 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
     summary["per_resolution"] = {
         r: {
             **judge([x for x in rows if x["resolution"] == r]),
-            "machine_drift": round(drift[r], 4),
-            "noise_pct": round(noise[r], 3),
+            **{k: round(v, 4) for k, v in per_res[r].items()},
         }
         for r in resolutions
     }
-    summary["too_noisy"] = [r for r in resolutions if noise[r] > cfg.max_noise_pct]
+    summary["too_noisy"] = [r for r in resolutions if per_res[r]["noise_pct"] > cfg.max_noise_pct]
     summary["max_noise_pct"] = cfg.max_noise_pct
     summary["protocol"] = protocol.to_dict()
     summary["clock"] = protocol.clock_name(backend_device(meta["backend"]), int(meta["threads"]))

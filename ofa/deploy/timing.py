@@ -2,23 +2,35 @@
 
 A user's latency budget is the wall-clock time of one model running on its own, warm, as vendor tools
 measure it (``onnxruntime_perf_test``, ``benchmark_app``): the same model called again and again, the
-wall clock read around each call. The default `Standalone` protocol measures exactly that, and stays
-robust on a shared, noisy machine by repetition: each model gets several blocks, each block is
-``warmup`` untimed calls then ``calls`` back-to-back timed ones, and its figure is the median call. The
-models are timed in a new shuffled order in every block, so a slow minute of the machine hits one block
-of many models rather than every block of a few; a model's latency is the median of its block medians.
+wall clock read around each call. The default `Standalone` protocol measures exactly that: each model
+gets blocks of back-to-back calls (a few untimed ones first, so it runs warm), the models in a new
+shuffled order every round of blocks, and a block's figure is its median call.
 
-On a machine shared with other processes a call the OS preempted times them, not the model: its wall
-time exceeds the thread's CPU time by far more than the call's own bookkeeping (a model running in
-the calling thread alone, i.e. one CPU thread; others keep every call). Such calls are left
-out (``PREEMPTED_*``); a block with fewer than ``MIN_CLEAN`` of its calls left does not count, and is
-timed again after the regular blocks (at most ``RETRY_PASSES`` passes over the models still short of
-blocks: load on a shared machine comes in bursts). On an idle machine no call is left out, and the
-figure is exactly a plain wall-clock loop's median.
+A shared host's noise comes in bursts (another tenant's job, the hypervisor taking the CPU away) that
+last longer than a short block, so a burst lifts whole blocks, and the spread of the block medians is
+the host's, which no number of blocks shrinks. The default estimator (``estimator="quantile"``) is
+built for that:
 
-How far the kept block medians spread is the measurement's own noise: `noise_pct` (their interquartile
-range in % of their median, worst of the models judged: a table's whole subnets; 100% for a model that
-kept fewer than half its blocks) is what "too noisy to measure" is judged on.
+- a block lasts at least ``block_ms`` (its call count sized from the model's last block), so one block
+  spans the short bursts instead of sitting inside one;
+- the figure is a low quantile (``quantile``, q25) of the kept block medians: bursts only ever slow a
+  call down, so the lower blocks are the ones the burst missed, and a low quantile is stable where a
+  median follows the share of time the host was busy;
+- blocks are added, in rounds over the models not yet done, until the figure's own 95% confidence
+  interval (order statistics of the block medians: it narrows as blocks are added, whatever the host's
+  spread) is within ``target_pct`` of it, after at least ``blocks`` kept blocks and up to ``budget_s``
+  seconds of timing per model;
+- a block during which the host stole CPU time (``steal`` in ``/proc/stat``) is left out, as is a call
+  the OS preempted (on one CPU thread: wall time well above the thread's CPU time; OpenVINO, which infers
+  on its own worker thread, against the process's CPU time); a block with fewer than ``MIN_CLEAN`` of its
+  calls left does not count.
+
+What a model's timing reports: ``mean_ms`` (the figure), ``ci_pct`` (the half-width of its 95% interval,
+% of the figure: the measurement's noise, `noise_pct` of the judged models), ``spread_pct`` (the block
+medians' interquartile range in % of their median, the host's burstiness: a diagnostic), ``count``
+(kept blocks) and ``steal_blocks``. Tables from before this estimator name none in ``meta.protocol``
+and read as ``estimator="median"``: ``blocks`` blocks of ``calls`` calls, the median block, which stays
+available.
 
 `Interleaved` is the older protocol, kept as an explicit option: shuffled rounds that time every model
 once or twice and move on, the quietest half of the rounds kept, on the thread's CPU clock by default
@@ -28,6 +40,7 @@ timed between others runs colder, and CPU time leaves out what the OS gave to ot
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -35,22 +48,32 @@ from typing import Any, ClassVar
 
 import numpy as np
 import onnx
+from scipy.stats import binom
 from torch import nn
 
 from ofa.deploy.runtimes import OrtRunner, Runner, backend_device, check_backend, make_runner
 from ofa.errors import OFAError
 from search.latency import LatencyTable
 
-Stats = dict[str, float | int]  # {mean_ms: the protocol's figure, std_ms, count, spread_pct}
+Stats = dict[str, float | int]  # {mean_ms: the protocol's figure, std_ms, count, spread_pct[, ci_pct, steal_blocks]}
 CLOCK_NAMES = {"wall": "wall", "thread": "thread-cpu-time"}
-DEFAULT_MAX_NOISE_PCT = 5.0
+WARN_NOISE_PCT = 5.0  # noise above which a build or check warns (a strict --max-noise refuses instead)
 NOISE_CRITERION = (
-    "interquartile range of a whole subnet's repeated figures (block medians), % of their median, "
-    "worst of the probe and calibration subnets; 100 where one kept fewer than half its blocks"
+    "half-width of the 95% confidence interval of a whole subnet's latency figure (order statistics of its "
+    "block medians), % of the figure, worst of the probe and calibration subnets; spread_pct beside it: the "
+    "block medians' interquartile range / median (the host's burstiness, which more blocks do not shrink)"
 )
 PREEMPTED_SHARE, PREEMPTED_MIN_MS = 0.05, 0.02  # wall - CPU time above max(5% of the call, 20 us): preempted
 MIN_CLEAN = 0.25  # share of a block's calls that must run unpreempted for the block to count
-RETRY_PASSES = 5  # extra passes over the models with blocks that did not count
+RETRY_PASSES = 5  # median estimator: extra passes over the models with blocks that did not count
+MAX_CALLS_PER_BLOCK = 20_000  # a block of a model whose calls read ~0 ms stays finite
+MAX_BLOCKS = 400  # blocks of one model at the most, whatever the budget
+CONFIDENCE = 0.95
+ESTIMATORS = {
+    "quantile": "a low quantile of time-sized blocks' median calls, blocks added until its 95% interval "
+    "is within target_pct; blocks with host steal and preempted calls left out",
+    "median": "median over blocks of the median call",
+}
 
 
 def _check_fields(protocol: Any, least: Mapping[str, int], clocks: Sequence[str]) -> None:
@@ -65,37 +88,97 @@ def _check_fields(protocol: Any, least: Mapping[str, int], clocks: Sequence[str]
         )
 
 
+def host_steal_ticks() -> int:
+    """CPU time the hypervisor gave to other guests so far (``steal`` of ``/proc/stat``, in clock ticks);
+    0 where the host does not report it."""
+    try:
+        with open("/proc/stat") as f:
+            values = f.readline().split()
+    except OSError:
+        return 0
+    return int(values[8]) if len(values) > 8 and values[0] == "cpu" else 0
+
+
+@dataclass
+class _Blocks:
+    """One model's blocks so far: (figure, counts) each, the seconds spent, the call count of the next one."""
+
+    figures: list[tuple[float, bool]] = field(default_factory=list)
+    seconds: float = 0.0
+    calls: int = 1
+    steal: int = 0  # blocks left out because the host stole CPU time during them
+
+
 @dataclass(frozen=True)
 class Standalone:
     """Each model on its own, warm, on the wall clock (see module doc); stored in a table's meta."""
 
-    warmup: int = 10  # untimed calls before every block: the model runs warm, as in a user's loop
-    calls: int = 50  # timed back-to-back calls per block, each on its own clock reading; block figure: median
-    blocks: int = 7  # blocks per model, the models in a new shuffled order each block; figure: median block
+    warmup: int = 10  # untimed calls before every block (quantile: at most a quarter of the block, at least 1)
+    calls: int | None = None  # median: timed calls per block (50); quantile: least timed calls per block (3)
+    blocks: int | None = None  # median: blocks per model (7); quantile: least kept blocks per model (15)
     clock: str = "wall"  # wall, preempted calls left out; or "thread": the calling thread's CPU time, all calls
     seed: int = 0  # order of the shuffled blocks
+    estimator: str = "quantile"  # or "median", the estimator of tables that name none
+    block_ms: float = 20.0  # quantile: least duration of a block
+    quantile: float = 0.25  # quantile: the figure is this quantile of the kept block medians
+    target_pct: float = 2.0  # quantile: blocks are added until the figure's 95% half-width is within this %
+    budget_s: float = 3.0  # quantile: most seconds of timing per model once its least blocks are in
     kind: ClassVar[str] = "standalone"
 
     def __post_init__(self) -> None:
+        if self.estimator not in ESTIMATORS:
+            raise OFAError(f"protocol.estimator: {self.estimator!r} is not one of {list(ESTIMATORS)}")
+        quantile = self.estimator == "quantile"
+        if self.calls is None:
+            object.__setattr__(self, "calls", 3 if quantile else 50)
+        if self.blocks is None:
+            object.__setattr__(self, "blocks", 15 if quantile else 7)
         _check_fields(self, {"warmup": 0, "calls": 1, "blocks": 1}, ("wall", "thread"))
+        for name, low, high in (("block_ms", 0, math.inf), ("quantile", 0, 1), ("target_pct", 0, math.inf)):
+            if not low < getattr(self, name) < high:
+                raise OFAError(f"protocol.{name}: expected a number in ({low}, {high}), got {getattr(self, name)!r}")
+        if not self.budget_s >= 0:
+            raise OFAError(f"protocol.budget_s: expected seconds >= 0, got {self.budget_s!r}")
 
     @property
     def repeats(self) -> int:
         return self.blocks
 
+    def progress_total(self, models: int) -> int:
+        """What ``measure``'s progress counts to: blocks per model (median) or models done (quantile)."""
+        return models if self.estimator == "quantile" else self.blocks
+
     def clock_name(self, device: str, threads: int) -> str:
         return CLOCK_NAMES[self.clock]
 
+    def describe(self) -> str:
+        """The figure in a few words, for model cards and export summaries."""
+        if self.estimator == "median":
+            return f"median of {self.blocks} blocks"
+        return (
+            f"q{round(100 * self.quantile)} of at least {self.blocks} blocks of >= {self.block_ms:g} ms, "
+            f"95% interval within ±{self.target_pct:g}% or {self.budget_s:g} s per model"
+        )
+
     def to_dict(self) -> dict[str, Any]:
+        out = {"kind": self.kind, **asdict(self)}
+        if self.estimator == "median":  # the settings a median table has always stored, and nothing more
+            out = {k: out[k] for k in ("kind", "warmup", "calls", "blocks", "clock", "seed", "estimator")}
         return {
-            "kind": self.kind,
-            **asdict(self),
-            "figure": "median over blocks of the median call",
+            **out,
+            "figure": ESTIMATORS[self.estimator],
             "preempted_calls": "left out" if self.clock == "wall" else "kept",
         }
 
     def measure(self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None = None) -> dict[str, Stats]:
-        """Time every runner in ``blocks`` shuffled blocks; progress advances once per block."""
+        """Time every runner (see module doc); progress advances per round of blocks (median) or per model done."""
+        if self.estimator == "median":
+            return self._measure_median(runners, progress)
+        return self._measure_quantile(runners, progress)
+
+    def _measure_median(
+        self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None
+    ) -> dict[str, Stats]:
         names = list(runners)
         rng = np.random.default_rng(self.seed)
         medians: dict[str, list[tuple[float, bool]]] = {name: [] for name in names}
@@ -117,6 +200,59 @@ class Standalone:
             for i in rng.permutation(len(short)):
                 block(short[i])
         return {name: blocks_stats(m, self.blocks) for name, m in medians.items()}
+
+    def _block(self, runner: Runner, state: _Blocks) -> None:
+        """One time-sized block of ``runner``: warm-up, timed calls, figure; the next block's call count."""
+        steal = host_steal_ticks()
+        warm = min(self.warmup, max(1, state.calls // 4)) if self.warmup else 0
+        warm_ms = runner.times(warm)[0].sum() if warm else 0.0
+        wall, cpu = runner.times(state.calls)
+        stolen = host_steal_ticks() > steal
+        figure, counts = block_figure(wall, cpu, self.clock, runner.device == "cpu" and runner.threads == 1)
+        state.steal += bool(stolen and counts)
+        state.figures.append((figure, counts and not stolen))
+        state.seconds += (warm_ms + wall.sum()) / 1e3
+        state.calls = self._calls_per_block(figure)
+
+    def _calls_per_block(self, call_ms: float) -> int:
+        """Calls that last ``block_ms`` at ``call_ms`` each (at least ``calls``)."""
+        return int(min(MAX_CALLS_PER_BLOCK, max(self.calls, math.ceil(self.block_ms / max(call_ms, 1e-6)))))
+
+    def _done(self, state: _Blocks) -> bool:
+        kept = [f for f, counts in state.figures if counts]
+        attempts = len(state.figures)
+        if attempts >= MAX_BLOCKS:
+            return True
+        if len(kept) < self.blocks:  # blocks left out are timed again, within bounds
+            return attempts >= 4 * self.blocks and state.seconds >= self.budget_s / 4
+        if state.seconds >= self.budget_s:
+            return True  # out of time: what was kept stands, with its interval as the noise
+        return quantile_stats(kept, self.quantile)["ci_pct"] <= self.target_pct
+
+    def _measure_quantile(
+        self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None
+    ) -> dict[str, Stats]:
+        rng = np.random.default_rng(self.seed)
+        states = {name: _Blocks() for name in runners}
+        for name, runner in runners.items():  # size the first block from a few calls
+            wall = runner.times(max(1, min(self.warmup, 5)))[0]
+            states[name].calls = self._calls_per_block(float(np.median(wall)))
+        active = list(runners)
+        while active:
+            for i in rng.permutation(len(active)):
+                self._block(runners[active[i]], states[active[i]])
+            finished = [n for n in active if self._done(states[n])]
+            active = [n for n in active if n not in finished]
+            if progress and finished:
+                progress(len(finished))
+        return {name: self._stats(state) for name, state in states.items()}
+
+    def _stats(self, state: _Blocks) -> Stats:
+        kept = [f for f, counts in state.figures if counts]
+        if 2 * len(kept) >= self.blocks:
+            return {**quantile_stats(kept, self.quantile), "steal_blocks": state.steal}
+        everything = quantile_stats([f for f, _ in state.figures], self.quantile)  # mostly disturbed: no confidence
+        return {**everything, "ci_pct": 100.0, "spread_pct": 100.0, "steal_blocks": state.steal}
 
 
 @dataclass(frozen=True)
@@ -187,23 +323,23 @@ def protocol_from_dict(d: Any, source: str = "protocol") -> Protocol:
     if cls is None:
         raise OFAError(f"{source}.kind: {d.get('kind')!r} is not one of {list(kinds)}")
     names = {f.name for f in fields(cls)}
+    settings = {k: v for k, v in d.items() if k in names}
+    if cls is Standalone:
+        settings.setdefault("estimator", "median")  # tables from before the quantile estimator name none
     try:
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**settings)
     except OFAError as exc:
         raise OFAError(f"{source}: {exc}") from None
 
 
-def with_overrides(
-    protocol: Protocol,
-    repeats: int | None = None,
-    warmup: int | None = None,
-    calls: int | None = None,
-    clock: str | None = None,
-) -> Protocol:
-    """``protocol`` with what a command line asks for (None: keep): repeats are blocks or rounds."""
-    changes: dict[str, Any] = {
-        k: v for k, v in (("warmup", warmup), ("calls", calls), ("clock", clock)) if v is not None
-    }
+def with_overrides(protocol: Protocol, repeats: int | None = None, **settings: Any) -> Protocol:
+    """``protocol`` with what a command line asks for (None: keep): repeats are blocks or rounds; other
+    settings (warmup, calls, clock, target_pct, budget_s) by name, where the protocol has them."""
+    changes: dict[str, Any] = {k: v for k, v in settings.items() if v is not None}
+    names = {f.name for f in fields(protocol)}
+    for name in changes:
+        if name not in names:
+            raise OFAError(f"protocol.{name}: the {protocol.kind} protocol has no such setting")
     if repeats is not None:
         changes["blocks" if isinstance(protocol, Standalone) else "rounds"] = repeats
     return replace(protocol, **changes)
@@ -255,8 +391,39 @@ def repeat_stats(figures_ms: Sequence[float]) -> Stats:
     }
 
 
+def quantile_stats(figures_ms: Sequence[float], q: float) -> Stats:
+    """The ``q`` quantile of a model's block medians and its 95% interval from order statistics.
+
+    The interval runs from the l-th to the u-th smallest block, l and u the binomial(n, q) quantiles
+    around n*q: it holds the true quantile with at least 95% probability whatever the blocks'
+    distribution, and it narrows as blocks are added (~1/sqrt(n)) even where their spread does not.
+    ``ci_pct`` is its half-width in % of the figure.
+    """
+    x = np.sort(np.asarray(figures_ms, dtype=np.float64))
+    n = len(x)
+    figure = float(np.quantile(x, q))
+    lo = int(binom.ppf((1 - CONFIDENCE) / 2, n, q))  # 0-based index of the l-th smallest
+    hi = min(n - 1, int(binom.ppf(1 - (1 - CONFIDENCE) / 2, n, q)))
+    low, high = float(x[max(0, lo - 1)]), float(x[hi])
+    base = repeat_stats(x)
+    return {
+        **base,
+        "mean_ms": figure,
+        "median_ms": base["mean_ms"],
+        "ci_low_ms": low,
+        "ci_high_ms": high,
+        "ci_pct": float(100 * (high - low) / 2 / figure) if figure > 0 else 0.0,
+    }
+
+
 def noise_pct(stats: Mapping[str, Stats], names: Sequence[str]) -> float:
-    """The measurement's noise: the largest spread (`NOISE_CRITERION`) among the models ``names``."""
+    """The measurement's noise: the widest interval (``ci_pct``, `NOISE_CRITERION`) among the models
+    ``names``; the block spread for timings without one (median estimator, interleaved rounds)."""
+    return max((float(stats[n].get("ci_pct", stats[n]["spread_pct"])) for n in names), default=0.0)
+
+
+def spread_pct(stats: Mapping[str, Stats], names: Sequence[str]) -> float:
+    """The host's burstiness: the largest block spread (interquartile range / median) among ``names``."""
     return max((float(stats[n]["spread_pct"]) for n in names), default=0.0)
 
 
@@ -361,7 +528,7 @@ def measure_latencies(
     onnx_backend = backend if backend.startswith("ort") else "ort-cpu"
 
     def source(on: str) -> str:
-        return f"standalone, {CLOCK_NAMES[protocol.clock]} clock, median of {protocol.blocks} blocks, {on}"
+        return f"standalone, {CLOCK_NAMES[protocol.clock]} clock, {protocol.describe()}, {on}"
 
     runners, sources = {}, {}
     for name, model in models.items():
