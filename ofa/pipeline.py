@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,12 +25,14 @@ from ofa.data import DataBundle, data_from_meta
 from ofa.deploy.export import ExportConfig, export_subnet
 from ofa.deploy.lut_build import TableBuildConfig, build_table
 from ofa.deploy.runtimes import runtime_info
+from ofa.deploy.timing import Standalone
 from ofa.errors import OFAError
 from ofa.io import file_sha256, read_json, write_json, write_text
 from ofa.space import SearchSpace
 from ofa.supernet import OFAMobileNetV3
 from ofa.train import Recipe, load_recipe, train
 from ofa.train.distributed import DistEnv, process_group
+from ofa.train.recipe import PipelineSettings
 from search.collect import CollectConfig, collect
 from search.evolution import SearchConfig
 from search.find import search_device
@@ -38,34 +40,42 @@ from search.fit import FitConfig, fit_predictor_file
 from search.latency import LatencyTable
 from search.predictor import AccuracyPredictor
 
-SHIPPED_TABLES = Path(__file__).resolve().parent.parent / "latency_tables"
 TARGET_FRACTIONS = (0.1, 0.35, 0.65, 1.0)  # of the way from the smallest to the largest subnet's latency
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """What `ofa pipeline` runs: the recipe (+ ``--set`` overrides) and the post-training settings."""
+    """What `ofa pipeline` runs: the recipe (+ ``--set`` overrides) and flags over its ``pipeline:`` section.
+
+    A field left None takes the recipe's `PipelineSettings` value; one given overrides it.
+    """
 
     recipe: Path
     out: Path | None = None  # default: runs/RECIPE_NAME
     overrides: tuple[str, ...] = ()
-    targets_ms: tuple[float, ...] | None = None  # default: spread between the smallest and largest subnet
-    subnets: int = 100
-    calib_batches: int = 8
+    targets_ms: tuple[float, ...] | None = None
+    subnets: int | None = None
+    calib_batches: int | None = None
     lut: Path | None = None
-    int8: bool = False
+    max_noise_pct: float | None = None
+    lut_budget_s: float | None = None
+    int8: bool | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.subnets < 10:
-            raise OFAError(f"--subnets must be at least 10 (the predictor needs three splits), got {self.subnets}")
-        if self.calib_batches < 1:
-            raise OFAError(f"--calib-batches must be at least 1, got {self.calib_batches}")
-        if self.targets_ms is not None and (not self.targets_ms or min(self.targets_ms) <= 0):
-            raise OFAError(f"--targets-ms must be positive, got {list(self.targets_ms)}")
+        replace(PipelineSettings(), **self.given())  # the flags' values, checked before any work
         object.__setattr__(self, "recipe", Path(self.recipe))
         object.__setattr__(self, "out", Path(self.out) if self.out else Path("runs") / Path(self.recipe).stem)
+
+    def given(self) -> dict[str, Any]:
+        """The settings the flags set (over the recipe's ``pipeline:`` section)."""
+        names = [f.name for f in fields(PipelineSettings)]
+        values = {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+        return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+
+    def settings(self, recipe: Recipe) -> PipelineSettings:
+        return replace(recipe.pipeline, **self.given())
 
 
 @dataclass
@@ -93,6 +103,7 @@ class Pipeline:
         self.state: dict[str, Any] = read_json(self.state_path, "pipeline state") if self.state_path.is_file() else {}
         self.ran: list[str] = []
         self.env = DistEnv.single_process()
+        self.settings = replace(PipelineSettings(), **cfg.given())  # the recipe's section joins in `run`
 
     # ----------------------------------------------------------------- bookkeeping
     def stage(self, name: str, work: Callable[[], T]) -> T:
@@ -118,6 +129,7 @@ class Pipeline:
     # ----------------------------------------------------------------- stages
     def run(self) -> PipelineResult:
         recipe = load_recipe(self.cfg.recipe, list(self.cfg.overrides))
+        self.settings = self.cfg.settings(recipe)
         with process_group(recipe.device, timeout=timedelta(hours=24)) as env:
             self.env = env
             supernet = self.stage("train", lambda: self.train(recipe))
@@ -148,7 +160,8 @@ class Pipeline:
     def train(self, recipe: Recipe) -> Path:
         supernet = self.out / "supernet.pt"
         start = [file_sha256(recipe.init.supernet)] if recipe.init.supernet else []  # a new start file: train again
-        key = digest([recipe.to_dict(), *start])
+        trained = {k: v for k, v in recipe.to_dict().items() if k != "pipeline"}  # what is trained, not what follows
+        key = digest([trained, *start])
         if not self.done("train", key, [supernet]):
             train(recipe, self.out, resume=(self.out / "checkpoints").is_dir() or supernet.exists())
             self.mark("train", key)
@@ -156,12 +169,12 @@ class Pipeline:
 
     def collect(self, net: OFAMobileNetV3, data: DataBundle, supernet: Path) -> Path:
         acc = self.out / "acc.jsonl"
-        key = digest([file_sha256(supernet), self.cfg.subnets, self.cfg.calib_batches, self.cfg.seed])
+        key = digest([file_sha256(supernet), self.settings.subnets, self.settings.calib_batches, self.cfg.seed])
         if not self.done("collect", key, [acc]):
             cfg = CollectConfig(
-                n=self.cfg.subnets,
+                n=self.settings.subnets,
                 seed=self.cfg.seed,
-                calib_batches=self.cfg.calib_batches,
+                calib_batches=self.settings.calib_batches,
                 repeat_split=True,
                 supernet=str(supernet),
             )
@@ -170,22 +183,27 @@ class Pipeline:
         return acc
 
     def latency_table(self, space: SearchSpace) -> tuple[Path, LatencyTable]:
-        if self.cfg.lut is not None:
-            self.log(f"[lut] using {self.cfg.lut} (given)")
-            return self.cfg.lut, LatencyTable.load(self.cfg.lut).for_space(space)
-        shipped = find_shipped_table(space)
-        if shipped is not None:
-            self.log(f"[lut] reusing shipped table {shipped} (same space, backend and CPU)")
-            return shipped, LatencyTable.load(shipped).for_space(space)
-        path = self.out / "latency_table.yaml"
-        key = digest([space.fingerprint(), "ort-cpu", 1, 1])
-        if not self.done("lut", key, [path]):
-            build_table(
-                space,
-                TableBuildConfig(
-                    out=path, backend="ort-cpu", threads=1, batch=1, command=f"ofa pipeline {self.cfg.recipe}"
-                ),
+        """The given table, else one built on this machine (a shipped one was measured elsewhere)."""
+        if self.settings.lut is not None:
+            given = Path(self.settings.lut)
+            table = LatencyTable.load(given).for_space(space)
+            cpu = runtime_info("ort-cpu")["cpu"]
+            elsewhere = (
+                f"; built on {table.meta.get('cpu')}, not this CPU ({cpu})" if table.meta.get("cpu") != cpu else ""
             )
+            self.log(f"[lut] using {given} (given){elsewhere}")
+            return given, table
+        path = self.out / "latency_table.yaml"
+        protocol = Standalone(budget_s=self.settings.lut_budget_s)
+        key = digest([space.fingerprint(), "ort-cpu", 1, 1, protocol.to_dict(), self.settings.max_noise_pct])
+        if not self.done("lut", key, [path]):
+            cfg = TableBuildConfig(
+                out=path,
+                protocol=protocol,
+                max_noise_pct=self.settings.max_noise_pct,
+                command=f"ofa pipeline {self.cfg.recipe}",
+            )
+            build_table(space, cfg, warn=lambda line: self.log(f"[lut] {line}"))
             self.mark("lut", key)
         return path, LatencyTable.load(path).for_space(space)
 
@@ -201,8 +219,8 @@ class Pipeline:
 
     def targets(self, table: LatencyTable) -> list[float]:
         """Latency budgets spread between the smallest and the largest subnet on this table."""
-        if self.cfg.targets_ms:
-            return list(self.cfg.targets_ms)
+        if self.settings.targets_ms:
+            return list(self.settings.targets_ms)
         space = table.space
         lo = min(table.predict(space.min_arch(r)) for r in space.resolutions)
         hi = max(table.predict(space.max_arch(r)) for r in space.resolutions)
@@ -235,7 +253,7 @@ class Pipeline:
     ) -> list[Path]:
         summary = read_json(search_dir / "search.json", "search summary")
         table_path, bound = table
-        inputs = [file_sha256(supernet), file_sha256(table_path), self.cfg.int8, self.cfg.seed]
+        inputs = [file_sha256(supernet), file_sha256(table_path), self.settings.int8, self.cfg.seed]
         results = []
         for target in summary["targets"]:
             name = f"arch_{target['target_ms']:g}ms"
@@ -245,7 +263,11 @@ class Pipeline:
             key = digest([file_sha256(arch_file), *inputs])
             if not self.done(f"export {name}", key, [onnx, result]):
                 cfg = ExportConfig(
-                    out=onnx, int8=self.cfg.int8, seed=self.cfg.seed, checkpoint=supernet, arch_source=str(arch_file)
+                    out=onnx,
+                    int8=self.settings.int8,
+                    seed=self.cfg.seed,
+                    checkpoint=supernet,
+                    arch_source=str(arch_file),
                 )
                 export_subnet(net, Arch.load(arch_file), cfg, data=data, table=bound)
                 self.mark(f"export {name}", key)
@@ -254,7 +276,7 @@ class Pipeline:
 
     def summarize(self, exports: list[Path], search_dir: Path) -> PipelineResult:
         rows = [summary_row(read_json(p, "export summary"), p) for p in exports]
-        table = format_summary(rows)
+        table = "\n".join([format_summary(rows), *(f"\n{line}" for line in budget_notes(rows))])
         pngs = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*.png"))
         result = PipelineResult(rows, pngs, str(search_dir / "pareto.png"), self.ran)
         write_json(self.out / "summary.json", {"rows": rows, "plots": pngs, "pareto": result.pareto})
@@ -287,7 +309,29 @@ def summary_row(result: dict[str, Any], source: Path) -> dict[str, Any]:
         "params": result.get("params"),
         "onnx": result.get("onnx_path"),
         "int8_top1": result.get("top1_int8"),
+        "table_noise_pct": result.get("table_noise_pct"),
+        "budget": result.get("budget"),
     }
+
+
+def budget_cell(budget: dict[str, Any] | None) -> str:
+    """``met`` or ``OVER +N%`` (more than the table's noise over the budget)."""
+    if not budget:
+        return "-"
+    return f"OVER {budget['over_pct']:+.0f}%" if budget["over_budget"] else "met"
+
+
+def budget_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per subnet over its budget, then the table's noise once."""
+    lines = [
+        f"target {r['target_ms']:g} ms: {r['budget']['line']}"
+        for r in rows
+        if (r.get("budget") or {}).get("over_budget")
+    ]
+    noise = [r["table_noise_pct"] for r in rows if r.get("table_noise_pct") is not None]
+    if noise:
+        lines.append(f"table noise: ±{max(noise):.1f}% (95% interval of its whole subnets' figures, worst resolution)")
+    return lines
 
 
 def format_summary(rows: list[dict[str, Any]]) -> str:
@@ -296,7 +340,8 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
     def num(value: Any, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
-    head = ["target ms", "arch", "pred top1 %", "test top1 %", "pred ms", "measured ms", "MMACs", "params (k)", "ONNX"]
+    head = ["target ms", "arch", "pred top1 %", "test top1 %", "pred ms", "measured ms", "budget", "MMACs",
+            "params (k)", "ONNX"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         cells = [
@@ -306,27 +351,10 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
             num(r["test_top1"], ".2f"),
             num(r["predicted_ms"], ".3f"),
             num(r["measured_ms"], ".3f"),
+            budget_cell(r.get("budget")),
             num(None if r["macs"] is None else r["macs"] / 1e6, ".2f"),
             num(None if r["params"] is None else r["params"] / 1e3, ".1f"),
             str(r["onnx"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def find_shipped_table(space: SearchSpace, folder: Path = SHIPPED_TABLES) -> Path | None:
-    """A shipped ort-cpu, 1-thread, batch-1 table measured on this CPU that covers ``space``."""
-    cpu = runtime_info("ort-cpu").get("cpu")
-    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
-        try:
-            table = LatencyTable.load(path).for_space(space)
-        except OFAError:
-            continue
-        meta = table.meta
-        if (meta.get("backend"), int(meta.get("threads", 0)), int(meta.get("batch", 0))) == (
-            "ort-cpu",
-            1,
-            1,
-        ) and meta.get("cpu") == cpu:
-            return path
-    return None

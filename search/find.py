@@ -47,6 +47,8 @@ def search_device(
         scorer = SubsetPredictor(predictor, space, table.space)
     result = run_search(table.space, scorer, table, cfg, progress=progress)
     result.meta["device"] = table.describe()
+    result.meta["table_noise_pct"] = table.noise_pct()  # how far the latencies searched on may be off
+    result.meta["table_cpu"] = table.meta.get("cpu")
     return result, note
 
 

@@ -159,6 +159,13 @@ class LatencyTable:
         points = (self.meta.get("probes") or {}).get(resolution) or []
         return [(Arch.from_dict(p["arch"], f"{self.source}: meta.probes"), float(p["measured_ms"])) for p in points]
 
+    def noise_pct(self) -> float | None:
+        """How sure the table's figures are: the widest per-resolution noise its build recorded (% of the
+        figures; `ofa.deploy.timing.NOISE_CRITERION`), None for a table that records none."""
+        per = ((self.meta.get("noise") or {}).get("per_resolution")) or {}
+        values = [float(rec["noise_pct"]) for r, rec in per.items() if int(r) in self.resolutions]
+        return max(values) if values else None
+
     def describe(self) -> str:
         m = self.meta
         protocol = m["protocol"].get("kind", "interleaved-rounds") if isinstance(m["protocol"], Mapping) else "?"

@@ -8,15 +8,18 @@ from pathlib import Path
 import pytest
 from conftest import TINY_RECIPE as RECIPE
 
+from ofa import pipeline as pipeline_module
 from ofa.cli import main
+from ofa.deploy import lut_build
 from ofa.deploy.lut_build import TableBuildConfig, build_table
-from ofa.deploy.timing import Standalone
+from ofa.deploy.result import BudgetVerdict
+from ofa.deploy.timing import Standalone, time_models
 from ofa.errors import OFAError
 from ofa.io import read_yaml
-from ofa.pipeline import Pipeline, PipelineConfig, find_shipped_table
+from ofa.pipeline import Pipeline, PipelineConfig, budget_cell, budget_notes
 from ofa.space import SearchSpace
 
-FAST = Standalone(warmup=1, calls=3, blocks=3)
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
 
 
 def run(cfg: PipelineConfig) -> tuple[dict, list[str], list[str]]:
@@ -89,6 +92,38 @@ def test_pipeline_cli_rejects_bad_flags(tmp_path, capsys):
     assert "missing.yaml" in capsys.readouterr().err
 
 
-def test_no_shipped_table_for_an_unmeasured_space():
+def test_pipeline_builds_its_table_here_and_a_strict_limit_stops_it_in_one_line(tmp_path, monkeypatch):
     space = SearchSpace.from_dict(read_yaml(RECIPE)["space"])
-    assert find_shipped_table(space) is None
+    noisy = lambda models, protocol, progress=None: {  # noqa: E731
+        k: {**s, "ci_pct": 30.0} for k, s in time_models(models, protocol).items()
+    }
+    monkeypatch.setattr(lut_build, "time_models", noisy)
+    monkeypatch.setattr(pipeline_module, "Standalone", lambda **_: FAST)
+    pipeline = Pipeline(PipelineConfig(recipe=RECIPE, out=tmp_path / "run", max_noise_pct=5.0), log=lambda _: None)
+    with pytest.raises(OFAError, match=r"^stage 'lut': .*too noisy to measure at \d+ px: .*±30\.0%") as info:
+        pipeline.stage("lut", lambda: pipeline.latency_table(space))
+    assert "\n" not in str(info.value) and not (tmp_path / "run" / "latency_table.yaml").exists()
+
+    lines: list[str] = []
+    pipeline = Pipeline(PipelineConfig(recipe=RECIPE, out=tmp_path / "warned"), log=lines.append)
+    path, table = pipeline.latency_table(space)  # default: warn, write, go on
+    assert path == tmp_path / "warned" / "latency_table.yaml" and table.noise_pct() == 30.0
+    assert sum("warning:" in line and "±30.0%" in line for line in lines) == len(space.resolutions)
+    assert all(r["noisy"] for r in table.meta["noise"]["per_resolution"].values())
+
+
+def test_a_measured_latency_over_budget_is_flagged_with_what_to_do():
+    elsewhere = BudgetVerdict(0.031, 0.108, 2.5, "Intel Xeon", "AMD EPYC", advice="build a table on this machine: x")
+    assert elsewhere.over_budget and round(elsewhere.over_pct) == 248 and elsewhere.other_machine
+    line = elsewhere.line()
+    assert "0.108 ms is 248% over its 0.031 ms budget" in line and "±2.5%" in line and "Intel Xeon" in line
+    assert line.endswith("build a table on this machine: x")
+    within = BudgetVerdict(0.05, 0.051, 3.0, "AMD EPYC", "AMD EPYC")  # 2% over, inside the table's ±3%
+    assert not within.over_budget and within.line() == ""
+    rows = [
+        {"target_ms": 0.031, "budget": elsewhere.to_dict(), "table_noise_pct": 2.5},
+        {"target_ms": 0.05, "budget": within.to_dict(), "table_noise_pct": 2.5},
+    ]
+    assert [budget_cell(r["budget"]) for r in rows] == ["OVER +248%", "met"]
+    notes = budget_notes(rows)
+    assert len(notes) == 2 and notes[0].startswith("target 0.031 ms: measured 0.108 ms") and "±2.5%" in notes[1]

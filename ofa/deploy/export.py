@@ -34,6 +34,7 @@ from tqdm import tqdm
 from ofa.arch import Arch
 from ofa.bn import recalibrate_bn
 from ofa.data import data_from_meta, make_loader
+from ofa.deploy.budget import budget_verdict
 from ofa.deploy.convert import DEFAULT_OPSET, build_metadata, check_onnx, check_opset, set_metadata, to_onnx
 from ofa.deploy.export_formats import (
     Converted,
@@ -254,6 +255,9 @@ def _export_static(subject: StaticSubnet, cfg: ExportConfig, data: Any, table: L
         )
         result.latency_fp32, result.latency_int8 = measured["fp32"], measured.get("int8")
         result.extra["latency"] = {name: asdict(lat) for name, lat in measured.items()}
+        result.budget = budget_verdict(arch, result.latency_fp32, table, str(cfg.checkpoint or "SUPERNET"))
+        if result.budget is not None and result.budget.over_budget:
+            print(f"{cfg.onnx_path.name}: warning: {result.budget.line()}", file=sys.stderr)
     prep = Preprocessing.of(subject.meta, data, space.num_classes)
     _add_metadata(result, proto, int8_proto, space, prep, calibration_images)
     checks = FormatChecks(
@@ -356,6 +360,7 @@ def _new_result(subject: StaticSubnet, cfg: ExportConfig, parity: Parity, table:
     if table is not None:
         result.predicted_latency_ms = float(table.predict(arch))
         result.table = str(table.source or result.table or "")
+        result.table_noise_pct = table.noise_pct()
     return result
 
 

@@ -6,7 +6,7 @@ rendered without running anything.
 
 from __future__ import annotations
 
-from ofa.deploy.result import ExportResult, Preprocessing
+from ofa.deploy.result import BudgetVerdict, ExportResult, Preprocessing
 from ofa.deploy.timing import Latency
 from ofa.space import SearchSpace
 
@@ -61,6 +61,12 @@ def _origin(result: ExportResult) -> str:
     return f"Extracted from a once-for-all supernet without retraining ({bn})."
 
 
+def _budget(budget: BudgetVerdict) -> str:
+    if budget.over_budget:
+        return f"**over budget**: {budget.line()}"
+    return f"met: measured {budget.measured_ms:.3g} ms for {budget.target_ms:g} ms (within ±{budget.margin_pct:.1f}%)"
+
+
 def _summary(result: ExportResult, space: SearchSpace) -> list[str]:
     arch = result.arch
     lines = [
@@ -91,6 +97,10 @@ def _summary(result: ExportResult, space: SearchSpace) -> list[str]:
     predicted = "n/a" if result.predicted_latency_ms is None else f"{result.predicted_latency_ms:.3f} ms"
     if isinstance(arch.extra.get("target_ms"), int | float):
         predicted += f" for a target {arch.extra['target_ms']:g} ms"
+    if result.table_noise_pct is not None:
+        predicted += f", table noise ±{result.table_noise_pct:.1f}%"
+    if result.budget is not None:
+        lines.append(f"| latency budget | {_budget(result.budget)} |")
     return [
         *lines,
         f"| latency, predicted by table | {predicted}{f' (`{result.table}`)' if result.table else ''} |",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -62,6 +62,60 @@ class FormatExport:
     latency: Latency | None = None  # standalone, on this runtime
 
 
+@dataclass(frozen=True)
+class BudgetVerdict:
+    """A measured latency against the budget its subnet was searched for, and what to do about a miss.
+
+    Over budget means more than the table's own noise over it (at least `MIN_MARGIN_PCT`): a miss the
+    table could not have seen. Where the table was built on another CPU, ``advice`` says so and gives the
+    command that builds one here.
+    """
+
+    target_ms: float
+    measured_ms: float
+    margin_pct: float  # the table's noise (or the floor): what counts as within budget
+    table_cpu: str | None
+    this_cpu: str
+    advice: str = ""
+
+    MIN_MARGIN_PCT: ClassVar[float] = 2.0
+
+    @property
+    def over_pct(self) -> float:
+        return 100 * (self.measured_ms / self.target_ms - 1)
+
+    @property
+    def over_budget(self) -> bool:
+        return self.over_pct > self.margin_pct
+
+    @property
+    def other_machine(self) -> bool:
+        return self.table_cpu is not None and self.table_cpu != self.this_cpu
+
+    def line(self) -> str:
+        """One line for the summary, the card and the console; empty when within budget."""
+        if not self.over_budget:
+            return ""
+        where = (
+            f"; the table was built on another machine ({self.table_cpu}, this one: {self.this_cpu})"
+            if self.other_machine
+            else ""
+        )
+        return (
+            f"measured {self.measured_ms:.3g} ms is {self.over_pct:.0f}% over its {self.target_ms:g} ms budget, "
+            f"more than the table's noise (±{self.margin_pct:.1f}%){where}{f': {self.advice}' if self.advice else ''}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "over_pct": round(self.over_pct, 2),
+            "over_budget": self.over_budget,
+            "other_machine": self.other_machine,
+            "line": self.line(),
+        }
+
+
 @dataclass
 class ExportResult:
     """What `export_subnet` wrote and measured; ``to_dict`` is the ``<name>.export.json`` summary."""
@@ -92,12 +146,15 @@ class ExportResult:
     finetuned_sha256: str | None = None  # the fine-tuned subnet file exported (--subnet); None: extracted here
     space_fingerprint: str = ""
     formats: list[FormatExport] = field(default_factory=list)  # OpenVINO / ExecuTorch files beside the ONNX model
+    table_noise_pct: float | None = None  # how sure the table's figures are (its build's noise record)
+    budget: BudgetVerdict | None = None  # the measured latency against the searched-for budget
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["arch"] = self.arch.to_dict()
         out["parity"]["ok"] = self.parity.ok
+        out["budget"] = self.budget.to_dict() if self.budget is not None else None
         for key, value in out.items():
             if isinstance(value, Path):
                 out[key] = str(value)

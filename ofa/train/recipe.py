@@ -116,6 +116,31 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
+class PipelineSettings:
+    """What `ofa pipeline` does after training (its flags override each key); not part of what is trained."""
+
+    subnets: int = 100  # subnets measured for the accuracy predictor
+    calib_batches: int = 8  # BN recalibration batches per measured subnet
+    targets_ms: tuple[float, ...] | None = None  # latency budgets (default: four spread over the space)
+    lut: str | None = None  # a latency table to use (default: build one on this machine)
+    max_noise_pct: float | None = None  # strict: refuse a table resolution less sure than this (default: warn)
+    lut_budget_s: float = 0.5  # table build: most seconds of timing per model once its least blocks are in
+    int8: bool = False  # also export INT8 models
+
+    def __post_init__(self) -> None:
+        if self.subnets < 10:
+            raise OFAError(f"--subnets must be at least 10 (the predictor needs three splits), got {self.subnets}")
+        if self.calib_batches < 1:
+            raise OFAError(f"--calib-batches must be at least 1, got {self.calib_batches}")
+        if self.targets_ms is not None and (not self.targets_ms or min(self.targets_ms) <= 0):
+            raise OFAError(f"--targets-ms must be positive, got {list(self.targets_ms)}")
+        if self.max_noise_pct is not None and not self.max_noise_pct > 0:
+            raise OFAError(f"--max-noise: expected a positive percentage, got {self.max_noise_pct}")
+        if not self.lut_budget_s >= 0:
+            raise OFAError(f"--lut-budget: expected seconds >= 0, got {self.lut_budget_s}")
+
+
+@dataclass(frozen=True)
 class NoiseScaleConfig:
     enabled: bool = True  # needs micro_batches x processes >= 2 (two batch sizes to compare)
     ema: float = 0.95
@@ -140,6 +165,7 @@ class Recipe:
     noise_scale: NoiseScaleConfig = field(default_factory=NoiseScaleConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     init: InitConfig = field(default_factory=InitConfig)
+    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     source: str = field(default="recipe", compare=False)
 
     def to_dict(self) -> dict[str, Any]:

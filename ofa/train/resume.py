@@ -19,7 +19,15 @@ from ofa.train.checkpoint import CheckpointStore
 from ofa.train.recipe import Recipe
 
 # Recipe keys a resumed run may change ("x.*": x itself and every key under x). Logging keys belong here.
-RESUMABLE = ("eval.*", "checkpoint.keep", "checkpoint.safetensors", "data.num_workers", "data.root", "logging.*")
+RESUMABLE = (
+    "eval.*",
+    "checkpoint.keep",
+    "checkpoint.safetensors",
+    "data.num_workers",
+    "data.root",
+    "logging.*",
+    "pipeline.*",
+)
 
 
 def prepare_run_folder(out: str | Path, resume: bool) -> bool:
