@@ -9,7 +9,10 @@ median. One model at a time, as a user benchmarks a model. Two groups:
   there, else every model folder's) against the latency their search predicted; skipped with one line
   when there are none;
 - subnets: random subnets of a table's space (default the shipped mbv3 table, ``--n`` per resolution,
-  8 at 160 and 8 at 224 px) exported with random weights, against that table (built on this machine).
+  8 at 160 and 8 at 224 px) with random weights, against that table (built on this machine), each timed
+  on the table's runtime: onnxruntime as above; OpenVINO's CPU plugin (an infer request, 1 inference
+  thread, 1 stream, the latency hint); ExecuTorch's runtime on the XNNPACK program the project lowers
+  (1 thread). ``--exports none`` skips the demo group.
 
 One line per model, then (``--json``) a JSON object: the share within ±10% per group, MAPE, and whether
 the table was measured on this CPU.
@@ -66,6 +69,56 @@ def measure(model: str | bytes, warmup: int, calls: int) -> float:
     return plain_loop(session, random_feed(session), warmup, calls)
 
 
+def timed_median(call, warmup: int, calls: int) -> float:
+    """Median milliseconds of ``calls`` timed calls of ``call()`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def openvino_call(onnx_model: bytes, shape: tuple[int, ...]):
+    """An OpenVINO CPU infer request on the ONNX model, 1 inference thread, 1 stream, as benchmark_app -nthreads 1."""
+    import openvino as ov
+
+    core = ov.Core()
+    model = core.read_model(onnx_model, b"")
+    config = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+    request = core.compile_model(model, "CPU", config).create_infer_request()
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    return lambda: request.infer([x])
+
+
+def executorch_call(module, shape: tuple[int, ...]):
+    """The module lowered to an XNNPACK .pte (the project's conversion), run by ExecuTorch's runtime on 1 thread."""
+    import torch
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+    from executorch.runtime import Runtime
+
+    from ofa.deploy.executorch_backend import to_pte
+
+    _unsafe_reset_threadpool(1)
+    program = Runtime.get().load_program(to_pte(module, shape))
+    method = program.load_method("forward")
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    return lambda _keep=program: method.execute([x])
+
+
+def measure_on(backend: str, module, shape: tuple[int, ...], warmup: int, calls: int) -> float:
+    """A subnet timed by the plain loop of the runtime the table was built for."""
+    from ofa.deploy.convert import export_onnx
+
+    if backend == "executorch-xnnpack":
+        return timed_median(executorch_call(module, shape), warmup, calls)
+    if backend == "openvino-cpu":
+        return timed_median(openvino_call(export_onnx(module, shape), shape), warmup, calls)
+    return measure(export_onnx(module, shape), warmup, calls)
+
+
 def demo_rows(folder: Path, warmup: int, calls: int) -> list[dict]:
     """Exported models with the latency their search predicted, measured by the plain loop."""
     rows = []
@@ -90,24 +143,23 @@ def demo_rows(folder: Path, warmup: int, calls: int) -> list[dict]:
 
 def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, warmup: int, calls: int) -> list[dict]:
     """Random subnets of the table's space, exported with random weights, predicted and measured."""
-    from ofa.deploy.convert import export_onnx
     from ofa.encoding import sample_arch
     from ofa.subnet import build_subnet
     from search.latency import LatencyTable
 
     table = LatencyTable.load(table_path)
-    space, rng = table.space, np.random.default_rng(seed)
+    space, rng, backend = table.space, np.random.default_rng(seed), table.meta["backend"]
     rows = []
     for r in resolutions:
         for _ in range(n):
             arch = sample_arch(space, rng, resolutions=[r])
-            model = export_onnx(build_subnet(space, arch).eval(), (1, space.in_channels, r, r))
+            module = build_subnet(space, arch).eval()
             rows.append(
                 {
                     "group": f"{r}px",
                     "model": arch.short(),
                     "predicted_ms": table.predict(arch),
-                    "measured_ms": measure(model, warmup, calls),
+                    "measured_ms": measure_on(backend, module, (1, space.in_channels, r, r), warmup, calls),
                 }
             )
     return rows

@@ -136,3 +136,18 @@ def test_sides_run_apart_fill_the_cache_of_the_full_report(tmp_path, capsys):
     assert report["subnets"]["smallest"]["scratch"]["test_top1"] == scratch["twins"]["smallest"]["test_top1"]
     assert bench.main([*common, "--subnets", "smallest", "--json"]) == 2  # the budget needs the largest
     assert "--subnets" in capsys.readouterr().err
+
+
+def test_run_all_keeps_a_row_whose_command_changed_marked_stale():
+    run_all = load_bench_script("run_all")
+    name = "search_speed"
+    old = {"name": name, "command": "python bench/search_speed.py --old", "meaning": "", "exit": 0,
+           "seconds": 1.0, "date": "2026-11-01", "machine": "m", "result": {"seconds": 0.9}}  # fmt: skip
+    fresh = {**old, "command": run_all.command_text(run_all.BENCHMARKS[name].command), "date": "2026-12-01"}
+    kept = run_all.current([old, {**old, "name": "gone_benchmark"}])
+    assert list(kept) == [name] and kept[name]["stale"] is True  # kept, not dropped; unknown names go
+    text = run_all.render([kept[name]])
+    assert "**stale**: measured 2026-11-01 with `python bench/search_speed.py --old`" in text
+    assert "stale (2026-11-01, older command): seconds 0.9" in run_all.readme_table([kept[name]])
+    assert run_all.current([fresh])[name]["stale"] is False
+    assert "stale" not in run_all.render([run_all.current([fresh])[name]])

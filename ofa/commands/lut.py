@@ -50,18 +50,7 @@ def _add_build(verbs: Any) -> None:
         "--calls", type=int, help="least timed calls per block (standalone, default 3) or per round (default 2)"
     )
     build.add_argument("--warmup", type=int, help="untimed calls before each block (default 10)")
-    _add_estimator_args(build)
-    build.add_argument(
-        "--max-noise",
-        type=float,
-        metavar="PCT",
-        help="strict (for tables built in CI): a resolution whose whole subnets' figures are less sure than "
-        "±PCT (95%% interval) is timed again, and after 3 tries the build stops without writing it "
-        "(default: warn above 5%%, write it and mark it noisy)",
-    )
-    build.add_argument(
-        "--remeasure-noisy", action="store_true", help="resuming OUT: time the resolutions it marks noisy again"
-    )
+    _add_build_noise_args(build)
     build.add_argument(
         "--calibrate",
         type=int,
@@ -113,6 +102,21 @@ def _add_check(verbs: Any) -> None:
     check.set_defaults(func=run_check)
 
 
+def _add_build_noise_args(build: Any) -> None:
+    _add_estimator_args(build)
+    build.add_argument(
+        "--max-noise",
+        type=float,
+        metavar="PCT",
+        help="strict (for tables built in CI): a resolution whose whole subnets' figures are less sure than "
+        "±PCT (95%% interval) is timed again, and after 3 tries the build stops without writing it "
+        "(default: warn above 5%%, write it and mark it noisy)",
+    )
+    build.add_argument(
+        "--remeasure-noisy", action="store_true", help="resuming OUT: time the resolutions it marks noisy again"
+    )
+
+
 def _add_estimator_args(parser: Any) -> None:
     parser.add_argument(
         "--target",
@@ -124,7 +128,7 @@ def _add_estimator_args(parser: Any) -> None:
         "--time-budget",
         type=float,
         metavar="S",
-        help="standalone: most seconds of timing per model once its least blocks are in (default 3)",
+        help="standalone: most seconds of timing per model once its least blocks are in (default 1)",
     )
 
 

@@ -39,22 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="BN recalibration batches per measured subnet (pipeline.calib_batches; default 8)",
     )
-    p.add_argument(
-        "--lut", type=Path, metavar="TABLE", help="latency table to use instead of building one on this machine"
-    )
-    p.add_argument(
-        "--max-noise",
-        type=float,
-        metavar="PCT",
-        help="strict (for CI): stop when a table resolution is less sure than ±PCT (pipeline.max_noise_pct; "
-        "default: warn, write it and go on)",
-    )
-    p.add_argument(
-        "--lut-budget",
-        type=float,
-        metavar="S",
-        help="table build: most seconds of timing per model (pipeline.lut_budget_s; default 0.5)",
-    )
+    _add_table_args(p)
     p.add_argument(
         "--int8",
         action="store_true",
@@ -71,6 +56,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of subnet sampling, search and export")
     p.set_defaults(func=run)
+
+
+def _add_table_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lut", type=Path, metavar="TABLE", help="latency table to use instead of building one on this machine"
+    )
+    p.add_argument(
+        "--max-noise",
+        type=float,
+        metavar="PCT",
+        help="strict (for CI): stop when a table resolution is less sure than ±PCT (pipeline.max_noise_pct; "
+        "default: warn, write it and go on)",
+    )
+    p.add_argument(
+        "--lut-budget",
+        type=float,
+        metavar="S",
+        help="table build: most seconds of timing per model (pipeline.lut_budget_s; default 0.5)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -122,7 +122,7 @@ class Standalone:
     block_ms: float = 20.0  # quantile: least duration of a block
     quantile: float = 0.25  # quantile: the figure is this quantile of the kept block medians
     target_pct: float = 2.0  # quantile: blocks are added until the figure's 95% half-width is within this %
-    budget_s: float = 3.0  # quantile: most seconds of timing per model once its least blocks are in
+    budget_s: float = 1.0  # quantile: most seconds of timing per model once its least blocks are in
     kind: ClassVar[str] = "standalone"
 
     def __post_init__(self) -> None:
@@ -332,14 +332,25 @@ def protocol_from_dict(d: Any, source: str = "protocol") -> Protocol:
         raise OFAError(f"{source}: {exc}") from None
 
 
-def with_overrides(protocol: Protocol, repeats: int | None = None, **settings: Any) -> Protocol:
-    """``protocol`` with what a command line asks for (None: keep): repeats are blocks or rounds; other
-    settings (warmup, calls, clock, target_pct, budget_s) by name, where the protocol has them."""
-    changes: dict[str, Any] = {k: v for k, v in settings.items() if v is not None}
-    names = {f.name for f in fields(protocol)}
-    for name in changes:
-        if name not in names:
-            raise OFAError(f"protocol.{name}: the {protocol.kind} protocol has no such setting")
+def with_overrides(
+    protocol: Protocol,
+    repeats: int | None = None,
+    warmup: int | None = None,
+    calls: int | None = None,
+    clock: str | None = None,
+    target_pct: float | None = None,
+    budget_s: float | None = None,
+) -> Protocol:
+    """``protocol`` with what a command line asks for (None: keep): repeats are blocks or rounds;
+    ``target_pct`` and ``budget_s`` are the standalone estimator's (an error for the interleaved protocol)."""
+    changes: dict[str, Any] = {
+        k: v for k, v in (("warmup", warmup), ("calls", calls), ("clock", clock)) if v is not None
+    }
+    for name, value in (("target_pct", target_pct), ("budget_s", budget_s)):
+        if value is not None:
+            if not isinstance(protocol, Standalone):
+                raise OFAError(f"protocol.{name}: the {protocol.kind} protocol has no such setting")
+            changes[name] = value
     if repeats is not None:
         changes["blocks" if isinstance(protocol, Standalone) else "rounds"] = repeats
     return replace(protocol, **changes)

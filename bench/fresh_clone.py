@@ -1,0 +1,122 @@
+"""`make demo` and `make test` as a new user runs them: a fresh clone of the committed tree, nothing cached.
+
+Steps, each timed on the wall clock: the install (`make .venv/.installed`: venv, torch, the project with
+its test extras), the demo pipeline (`make demo`, the venv now there), then `make test`. Then, with
+``--busy``, the demo's table stage again in the same clone with a busy loop pinned to the core the
+measurement runs on (`taskset`): the stages after training are redone, the table is built under that
+load, and the run must still finish, printing the noise warning and writing the table. The clone is
+deleted at the end (a clone with its venv is several GB).
+
+One JSON object last (``--json``): the seconds, the demo's largest/smallest test top-1, the table's noise
+per resolution, the warning lines, `make test`'s pass count, and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TOP1 = re.compile(r"test top-1: largest \(\S+\) ([\d.]+)%, smallest \(\S+\) ([\d.]+)%")
+PASSED = re.compile(r"(\d+) passed")
+
+
+def timed(argv: list[str], cwd: Path, log: Path) -> tuple[float, int, str]:
+    """Run ``argv`` in ``cwd``; (seconds, exit code, output), the output also written to ``log``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    log.write_text(done.stdout + done.stderr)
+    return round(seconds, 1), done.returncode, done.stdout + done.stderr
+
+
+def table_noise(clone: Path) -> dict[str, dict]:
+    path = clone / "runs" / "digits" / "latency_table.yaml"
+    if not path.is_file():
+        return {}
+    per = (yaml.safe_load(path.read_text())["meta"].get("noise") or {}).get("per_resolution") or {}
+    return {str(r): {k: rec.get(k) for k in ("noise_pct", "spread_pct", "noisy")} for r, rec in per.items()}
+
+
+def warnings_in(output: str) -> list[str]:
+    return [line.strip() for line in output.splitlines() if "warning:" in line]
+
+
+def busy_demo(clone: Path, logs: Path) -> dict:
+    """The demo again with its table stage under a busy loop on the same core (core 0)."""
+    run = clone / "runs" / "digits"
+    (run / "latency_table.yaml").unlink()
+    state = json.loads((run / "pipeline.json").read_text())  # the table stage and those after it run again
+    (run / "pipeline.json").write_text(json.dumps({k: v for k, v in state.items() if k in ("train", "collect", "fit")}))
+    hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
+    try:
+        seconds, code, out = timed(["taskset", "-c", "0", "make", "demo"], clone, logs / "busy_demo.log")
+    finally:
+        hog.kill()
+        hog.wait()
+    return {
+        "busy_demo_exit": code,
+        "busy_demo_seconds": seconds,
+        "busy_table_written": (clone / "runs" / "digits" / "latency_table.yaml").is_file(),
+        "busy_table_noise": table_noise(clone),
+        "busy_warnings": warnings_in(out),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--busy", action="store_true", help="also rebuild the demo's table under a pinned busy loop")
+    parser.add_argument("--no-test", action="store_true", help="skip make test")
+    parser.add_argument("--logs", type=Path, default=ROOT / "runs" / "bench" / "fresh_clone")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = parser.parse_args()
+    args.logs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="ofa-fresh-"))
+    clone = work / "ofa"
+    try:
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True)
+        install_s, install_code, _ = timed(["make", ".venv/.installed"], clone, args.logs / "install.log")
+        demo_s, demo_code, demo_out = timed(["make", "demo"], clone, args.logs / "demo.log")
+        top1 = TOP1.search(demo_out)
+        result = {
+            "commit": commit.stdout.strip(),
+            "install_seconds": install_s,
+            "install_exit": install_code,
+            "demo_pipeline_seconds": demo_s,
+            "demo_exit": demo_code,
+            "demo_total_seconds": round(install_s + demo_s, 1),
+            "largest_top1": float(top1.group(1)) if top1 else None,
+            "smallest_top1": float(top1.group(2)) if top1 else None,
+            "table_noise": table_noise(clone),
+            "warnings": warnings_in(demo_out),
+        }
+        if not args.no_test:
+            test_s, test_code, test_out = timed(["make", "test"], clone, args.logs / "test.log")
+            passed = PASSED.findall(test_out)
+            result.update(test_seconds=test_s, test_exit=test_code, test_passed=int(passed[-1]) if passed else None)
+        if args.busy and demo_code == 0:
+            result.update(busy_demo(clone, args.logs))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for key, value in result.items():
+        print(f"{key}: {value}")
+    if args.json:
+        print(json.dumps(result))
+    ok = result["demo_exit"] == 0 and result.get("test_exit", 0) == 0 and result.get("busy_demo_exit", 0) == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
