@@ -207,6 +207,32 @@ BENCHMARKS: dict[str, Benchmark] = {
         ["bench/standalone_latency.py", "--json", "--n", "2", "--calls", "50"],
         {"demo_within_10pct": "demo models within ±10%", "subnets_within_10pct": "mbv3 subnets within ±10%"},
     ),
+    **{
+        f"standalone_latency_{name}": Benchmark(
+            ["bench/standalone_latency.py", "--table", f"latency_tables/{table}", "--exports", "none", "--json"],
+            f"the shipped {what} mbv3 table vs that runtime's own plain loop (30 warm-up + 300 timed calls, "
+            "median), 8 random subnets each at 160 and 224 px (target ≥ 90% within ±10%)",
+            [
+                "bench/standalone_latency.py",
+                "--table",
+                f"latency_tables/{table}",
+                "--exports",
+                "none",
+                "--json",
+                "--n",
+                "2",
+                "--calls",
+                "50",
+            ],
+            {"subnets_within_10pct": "mbv3 subnets within ±10%", "subnets_mape": "MAPE"},
+            on_request=True,
+        )
+        for name, table, what in (
+            ("openvino", "mbv3_openvino-cpu_t1_b1.yaml", "OpenVINO (CPU plugin)"),
+            ("executorch", "mbv3_executorch-xnnpack_t1_b1.yaml", "ExecuTorch (XNNPACK)"),
+            ("benchmark_app", "mbv3_openvino-cpu-benchmark-app_t1_b1.yaml", "OpenVINO benchmark_app"),
+        )
+    },
     "official_import": Benchmark(
         ["bench/official_import.py", "--json"],
         "official OFA-MobileNetV3 checkpoints (w1.0 and w0.5 fixtures, 12 subnets each) imported: max abs "

@@ -257,7 +257,7 @@ def import_timings_file(folder: str | Path, timings_csv: str | Path, cfg: Import
 def _imported_meta(
     manifest: Mapping[str, Any], space: SearchSpace, cfg: ImportConfig, overhead: float
 ) -> dict[str, Any]:
-    protocol = {**Standalone(blocks=cfg.blocks).to_dict(), "timer": cfg.timer}
+    protocol = {**Standalone(blocks=cfg.blocks, estimator="median").to_dict(), "timer": cfg.timer}
     return {
         "device": cfg.device,
         "backend": manifest["backend"],
