@@ -319,7 +319,7 @@ def _time_quietly(
     attempts = NOISE_ATTEMPTS if cfg.max_noise_pct is not None else 1
     for attempt in range(1, attempts + 1):
         desc = f"time r={r} ({len(models)} models{f', attempt {attempt}' if attempt > 1 else ''})"
-        with tqdm(total=_progress_total(cfg.protocol, len(models)), desc=desc, disable=not cfg.progress) as bar:
+        with tqdm(total=cfg.protocol.progress_total(len(models)), desc=desc, disable=not cfg.progress) as bar:
             stats = time_models(models, cfg.protocol, bar.update)
         noise.append(round(noise_pct(stats, judged), 3))
         if cfg.max_noise_pct is None or noise[-1] <= cfg.max_noise_pct:
@@ -340,10 +340,6 @@ def _time_quietly(
         f"--max-noise {cfg.max_noise_pct:g}%; nothing written for {r} px"
         f"{f' (resolutions {kept} kept; rerun to resume)' if kept else ''}"
     )
-
-
-def _progress_total(protocol: Protocol, models: int) -> int:
-    return protocol.progress_total(models) if isinstance(protocol, Standalone) else protocol.repeats
 
 
 def noisy_resolutions(meta: Mapping[str, Any]) -> list[int]:

@@ -108,6 +108,11 @@ class _Blocks:
     calls: int = 1
     steal: int = 0  # blocks left out because the host stole CPU time during them
 
+    @property
+    def kept(self) -> list[float]:
+        """The figures of the blocks that count."""
+        return [f for f, counts in self.figures if counts]
+
 
 @dataclass(frozen=True)
 class Standalone:
@@ -219,7 +224,7 @@ class Standalone:
         return int(min(MAX_CALLS_PER_BLOCK, max(self.calls, math.ceil(self.block_ms / max(call_ms, 1e-6)))))
 
     def _done(self, state: _Blocks) -> bool:
-        kept = [f for f, counts in state.figures if counts]
+        kept = state.kept
         attempts = len(state.figures)
         if attempts >= MAX_BLOCKS:
             return True
@@ -248,7 +253,7 @@ class Standalone:
         return {name: self._stats(state) for name, state in states.items()}
 
     def _stats(self, state: _Blocks) -> Stats:
-        kept = [f for f, counts in state.figures if counts]
+        kept = state.kept
         if 2 * len(kept) >= self.blocks:
             return {**quantile_stats(kept, self.quantile), "steal_blocks": state.steal}
         everything = quantile_stats([f for f, _ in state.figures], self.quantile)  # mostly disturbed: no confidence
@@ -278,6 +283,10 @@ class Interleaved:
 
     @property
     def repeats(self) -> int:
+        return self.rounds
+
+    def progress_total(self, models: int) -> int:
+        """What ``measure``'s progress counts to: rounds."""
         return self.rounds
 
     def clock_name(self, device: str, threads: int) -> str:
