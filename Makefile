@@ -19,7 +19,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check .
 
 test: $(VENV)/.installed lint
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n auto
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -154,8 +154,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         on_request=True,
     ),
     "fresh_clone": Benchmark(
-        ["bench/fresh_clone.py", "--busy", "--json"],
-        "a new user's `make demo` and `make test` on a fresh clone of the committed tree: install, demo "
+        ["bench/fresh_clone.py", "--busy", "--repeat", "3", "--json"],
+        "a new user's `make demo` (three fresh clones of the committed tree), `make test` (the first): install, demo "
         "pipeline (table built on this machine) and test seconds (targets on the reference machine: pipeline "
         "≤ 100 s, make test ≤ 3 min; install + demo ≤ 10 min on a machine 3× slower), the demo's test top-1 "
         "(largest ≥ 98.5%, smallest ≥ 97.5% on 360 images), the table's noise per resolution, and the demo's "
@@ -169,6 +169,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "largest_top1": "largest top-1",
             "smallest_top1": "smallest top-1",
             "busy_demo_exit": "busy demo exit",
+            "demo_exits": "demo exits (3 clones)",
         },
         on_request=True,
     ),
