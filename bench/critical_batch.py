@@ -41,9 +41,7 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
-from ofa.data import make_loader, missing_dataset, set_loader_epoch
-from ofa.errors import OFAError
-from ofa.io import read_yaml
+from ofa.data.datasets import make_loader, missing_dataset, set_loader_epoch
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.critical_batch import TradeoffFit, fit_tradeoff
 from ofa.train.distributed import DistEnv, process_group
@@ -51,6 +49,8 @@ from ofa.train.loop import Trainer
 from ofa.train.noise_measure import NoiseMeasureConfig, measure_phase_noise
 from ofa.train.noise_scale import log_interval
 from ofa.train.recipe import Recipe, load_recipe
+from ofa.utils.errors import OFAError
+from ofa.utils.io import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # Per data set (the recipe's data.name), fixed before the sweep: a val loss that every batch size of

@@ -46,9 +46,9 @@ from step_timing import (  # noqa: E402
     summarize,
 )
 
-from ofa.elastic import ElasticDepthwiseConv2d  # noqa: E402
-from ofa.space import SearchSpace  # noqa: E402
-from ofa.supernet import OFAMobileNetV3  # noqa: E402
+from ofa.families.mbv3.elastic import ElasticDepthwiseConv2d  # noqa: E402
+from ofa.families.mbv3.space import SearchSpace  # noqa: E402
+from ofa.families.mbv3.supernet import OFAMobileNetV3  # noqa: E402
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 PARTS = {  # part -> (model with it, model without it)

@@ -41,11 +41,11 @@ from step_timing import (  # noqa: E402
     summarize,
 )
 
-from ofa.arch import Arch  # noqa: E402
-from ofa.elastic import ElasticSqueezeExcite  # noqa: E402
-from ofa.encoding import sample_arch  # noqa: E402
-from ofa.space import SearchSpace  # noqa: E402
-from ofa.supernet import OFAMobileNetV3  # noqa: E402
+from ofa.families.mbv3.arch import Arch  # noqa: E402
+from ofa.families.mbv3.elastic import ElasticSqueezeExcite  # noqa: E402
+from ofa.families.mbv3.encoding import sample_arch  # noqa: E402
+from ofa.families.mbv3.space import SearchSpace  # noqa: E402
+from ofa.families.mbv3.supernet import OFAMobileNetV3  # noqa: E402
 
 
 def middle_arch(space: SearchSpace, resolution: int, samples: int = 1000, seed: int = 0) -> Arch:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from ofa.arch import Arch
-from ofa.official import import_official
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.official import import_official
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_FIXTURES = ROOT.parent / "shared" / "fixtures" / "ofa_official"

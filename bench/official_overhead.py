@@ -39,7 +39,7 @@ def official_subnets(resolution: int) -> dict[str, dict[str, list[int]]]:
     sys.path.insert(1, str(HERE.parent))  # this checkout's ofa: only in the parent process
     from elastic_overhead import three_subnets
 
-    from ofa.space import SearchSpace
+    from ofa.families.mbv3.space import SearchSpace
 
     subnets = three_subnets(SearchSpace.mbv3(), resolution)
     return {name: {k: v for k, v in arch.to_ofa_config().items() if k != "r"} for name, arch in subnets.items()}

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from ofa.io import read_json
 from ofa.pipeline import PipelineConfig, run_pipeline
+from ofa.utils.io import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 

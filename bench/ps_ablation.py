@@ -24,8 +24,8 @@ sys.path.insert(0, str(HERE))
 
 import ps_vs_scratch as bench  # noqa: E402
 
-from ofa.errors import OFAError  # noqa: E402
-from ofa.io import read_json, write_json, write_text  # noqa: E402
+from ofa.utils.errors import OFAError  # noqa: E402
+from ofa.utils.io import read_json, write_json, write_text  # noqa: E402
 
 RECORDS = HERE / "ps_ablation.json"
 DOC = HERE.parent / "docs" / "progressive_shrinking.md"

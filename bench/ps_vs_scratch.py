@@ -41,10 +41,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ofa.arch import Arch  # noqa: E402
-from ofa.bn import resize  # noqa: E402
-from ofa.config import apply_overrides  # noqa: E402
-from ofa.data import (  # noqa: E402
+from ofa.data.datasets import (  # noqa: E402
     DataBundle,
     LoaderOptions,
     build_data,
@@ -52,16 +49,19 @@ from ofa.data import (  # noqa: E402
     missing_dataset,
     set_loader_epoch,
 )
-from ofa.encoding import sample_arch  # noqa: E402
-from ofa.errors import OFAError  # noqa: E402
-from ofa.evaluate import evaluate, evaluate_arch  # noqa: E402
-from ofa.io import read_json, read_yaml, write_json  # noqa: E402
-from ofa.space import SearchSpace  # noqa: E402
-from ofa.subnet import build_subnet  # noqa: E402
-from ofa.supernet import OFAMobileNetV3  # noqa: E402
+from ofa.families.mbv3.arch import Arch  # noqa: E402
+from ofa.families.mbv3.encoding import sample_arch  # noqa: E402
+from ofa.families.mbv3.space import SearchSpace  # noqa: E402
+from ofa.families.mbv3.subnet import build_subnet  # noqa: E402
+from ofa.families.mbv3.supernet import OFAMobileNetV3  # noqa: E402
 from ofa.train import Recipe, train  # noqa: E402
+from ofa.train.bn import resize  # noqa: E402
+from ofa.train.evaluate import evaluate, evaluate_arch  # noqa: E402
 from ofa.train.optim import build_optimizer, lr_at, set_lr  # noqa: E402
 from ofa.train.recipe import PhaseConfig, recipe_from_dict  # noqa: E402
+from ofa.utils.config import apply_overrides  # noqa: E402
+from ofa.utils.errors import OFAError  # noqa: E402
+from ofa.utils.io import read_json, read_yaml, write_json  # noqa: E402
 
 RECIPES = {"digits": ROOT / "recipes" / "digits.yaml", "fashion": ROOT / "recipes" / "fashion_mnist.yaml"}
 TARGET_POINTS = 0.5  # every PS subnet within this of its from-scratch twin, or better

@@ -28,8 +28,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # the ofa package of this checkout, installed or not
 
-from ofa.deploy.pack_readme import TOOLS  # noqa: E402
-from ofa.io import write_json, write_text  # noqa: E402
+from ofa.lut.pack_readme import TOOLS  # noqa: E402
+from ofa.utils.io import write_json, write_text  # noqa: E402
 
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
 

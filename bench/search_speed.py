@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ofa.encoding import GeneLayout
-from ofa.space import SearchSpace
+from ofa.families.mbv3.encoding import GeneLayout
+from ofa.families.mbv3.space import SearchSpace
 from search.dense import DenseCost
 from search.evolution import EvolutionConfig, SearchConfig, run_search
-from search.predictor import AccuracyPredictor
+from search.predictor.model import AccuracyPredictor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def latency_model() -> tuple[SearchSpace, object, str]:
     """(space, latency, label): the mbv3 table and the space it was measured for (the paper space,
     or its subset of resolutions), else the paper space with a synthetic cost (MACs plus a per-layer charge)."""
-    from ofa.errors import OFAError
+    from ofa.utils.errors import OFAError
     from search.latency import LatencyTable
 
     why = "no latency_tables/*mbv3*.yaml yet"

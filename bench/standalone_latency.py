@@ -1,6 +1,6 @@
 """Do latency predictions match what a user measures? Predictions vs a plain standalone wall-clock loop.
 
-The loop is written here on its own, apart from the project's timing code (``ofa.deploy.timing``): one
+The loop is written here on its own, apart from the project's timing code (``ofa.lut.timing``): one
 onnxruntime session with the settings tables are built with (1 intra-op thread, sequential, all graph
 optimizations), ``time.perf_counter`` around ``session.run``, 30 warm-up and 300 timed calls, the
 median. One model at a time, as a user benchmarks a model. Two groups:
@@ -99,7 +99,7 @@ def executorch_call(module, shape: tuple[int, ...]):
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
     from executorch.runtime import Runtime
 
-    from ofa.deploy.executorch_backend import to_pte
+    from ofa.runtime.executorch_backend import to_pte
 
     _unsafe_reset_threadpool(1)
     program = Runtime.get().load_program(to_pte(module, shape))
@@ -110,7 +110,7 @@ def executorch_call(module, shape: tuple[int, ...]):
 
 def measure_on(backend: str, module, shape: tuple[int, ...], warmup: int, calls: int) -> float:
     """A subnet timed by the plain loop of the runtime the table was built for."""
-    from ofa.deploy.convert import export_onnx
+    from ofa.runtime.convert import export_onnx
 
     if backend == "executorch-xnnpack":
         return timed_median(executorch_call(module, shape), warmup, calls)
@@ -143,8 +143,8 @@ def demo_rows(folder: Path, warmup: int, calls: int) -> list[dict]:
 
 def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, warmup: int, calls: int) -> list[dict]:
     """Random subnets of the table's space, exported with random weights, predicted and measured."""
-    from ofa.encoding import sample_arch
-    from ofa.subnet import build_subnet
+    from ofa.families.mbv3.encoding import sample_arch
+    from ofa.families.mbv3.subnet import build_subnet
     from search.latency import LatencyTable
 
     table = LatencyTable.load(table_path)

@@ -1,12 +1,12 @@
 """ofa: train one elastic MobileNetV3 supernet, search a subnet per device, export it to ONNX."""
 
-from ofa.arch import Arch
-from ofa.bn import recalibrate_bn
-from ofa.errors import OFAError, SpaceError
-from ofa.layers import LayerSpec
-from ofa.space import SearchSpace, StageSpec
-from ofa.subnet import build_subnet, load_subnet, save_subnet
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.layers import LayerSpec
+from ofa.families.mbv3.space import SearchSpace, StageSpec
+from ofa.families.mbv3.subnet import build_subnet, load_subnet, save_subnet
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.train.bn import recalibrate_bn
+from ofa.utils.errors import OFAError, SpaceError
 
 __all__ = [
     "Arch",

@@ -14,7 +14,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from ofa.errors import OFAError
+from ofa.utils.errors import OFAError
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -20,25 +20,25 @@ from typing import Any, TypeVar
 
 import torch.distributed as dist
 
-from ofa.arch import Arch
-from ofa.data import DataBundle, data_from_meta
-from ofa.deploy.export import ExportConfig, export_subnet
-from ofa.deploy.lut_build import TableBuildConfig, build_table
-from ofa.deploy.runtimes import runtime_info
-from ofa.deploy.timing import Standalone
-from ofa.errors import OFAError
-from ofa.io import file_sha256, read_json, write_json, write_text
-from ofa.space import SearchSpace
-from ofa.supernet import OFAMobileNetV3
+from ofa.data.datasets import DataBundle, data_from_meta
+from ofa.export.export import ExportConfig, export_subnet
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.lut.build import TableBuildConfig, build_table
+from ofa.lut.timing import Standalone
+from ofa.runtime.runtimes import runtime_info
 from ofa.train import Recipe, load_recipe, train
 from ofa.train.distributed import DistEnv, process_group
 from ofa.train.recipe import PipelineSettings
-from search.collect import CollectConfig, collect
+from ofa.utils.errors import OFAError
+from ofa.utils.io import file_sha256, read_json, write_json, write_text
 from search.evolution import SearchConfig
 from search.find import search_device
-from search.fit import FitConfig, fit_predictor_file
 from search.latency import LatencyTable
-from search.predictor import AccuracyPredictor
+from search.predictor.collect import CollectConfig, collect
+from search.predictor.fit import FitConfig, fit_predictor_file
+from search.predictor.model import AccuracyPredictor
 
 TARGET_FRACTIONS = (0.1, 0.35, 0.65, 1.0)  # of the way from the smallest to the largest subnet's latency
 T = TypeVar("T")

@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ofa.arch import Arch
-from ofa.encoding import GeneLayout
-from ofa.layers import LayerSpec
-from ofa.space import SearchSpace
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import GeneLayout
+from ofa.families.mbv3.layers import LayerSpec
+from ofa.families.mbv3.space import SearchSpace
 
 
 class DenseCost:
@@ -46,7 +46,7 @@ class DenseCost:
         return cls(space, fixed, block)
 
     def predict_batch(self, rows: np.ndarray) -> np.ndarray:
-        """Costs of a population given as gene rows (see ``ofa.encoding.GeneLayout``)."""
+        """Costs of a population given as gene rows (see ``ofa.families.mbv3.encoding.GeneLayout``)."""
         lay = self.layout
         rows = lay.as_rows(rows)
         r = rows[:, lay.resolution]

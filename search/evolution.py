@@ -3,7 +3,7 @@
 The algorithm and defaults are the official ones (population 100, 500 generations, top 25% become
 parents, 50% of children by mutation with per-gene probability 0.1 and resolution probability
 0.5, the rest by uniform crossover, a child that breaks a constraint is redrawn from the same
-parents). Here a population is an integer array of gene rows (``ofa.encoding.GeneLayout``): mutation,
+parents). Here a population is an integer array of gene rows (``ofa.families.mbv3.encoding.GeneLayout``): mutation,
 crossover and the constraint check act on whole arrays, latency/MACs/params are gathers over dense
 tables, and accuracy is one batched predictor call per generation.
 """
@@ -22,12 +22,12 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from ofa.arch import Arch
-from ofa.encoding import GeneLayout
-from ofa.errors import OFAError
-from ofa.io import write_json, write_text
-from ofa.space import SearchSpace
-from ofa.train.tracking import log_figures
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import GeneLayout
+from ofa.families.mbv3.space import SearchSpace
+from ofa.utils.errors import OFAError
+from ofa.utils.io import write_json, write_text
+from ofa.utils.tracking import log_figures
 from search.dense import DenseCost, macs_model, params_model
 from search.pareto import ParetoFront, plot_front
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ofa.space import SearchSpace
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 from search.evolution import RowModel, SearchConfig, SearchResult, SubsetPredictor, run_search
 from search.latency import LatencyTable
-from search.predictor import AccuracyPredictor
+from search.predictor.model import AccuracyPredictor
 
 
 @dataclass

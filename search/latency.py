@@ -5,7 +5,7 @@ per-call overhead; a subnet's latency is the per-network overhead plus the sum o
 entries. Isolated layers pay costs a whole network pays fewer times (onnxruntime converts each
 isolated conv's input and output to its blocked layout), so the sum is corrected by an affine map
 fitted per resolution on whole subnets measured next to the layers (``meta.correction``).
-``meta.protocol`` and ``meta.clock`` say what the figures are (``ofa.deploy.timing``; by default the
+``meta.protocol`` and ``meta.clock`` say what the figures are (``ofa.lut.timing``; by default the
 wall-clock latency of one model running on its own, warm, as a user measures it).
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ofa.arch import Arch
-from ofa.errors import OFAError, SpaceError
-from ofa.io import atomic_write, load_torch, read_json, read_yaml
-from ofa.layers import LayerSpec
-from ofa.space import SearchSpace
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.layers import LayerSpec
+from ofa.families.mbv3.space import SearchSpace
+from ofa.utils.errors import OFAError, SpaceError
+from ofa.utils.io import atomic_write, load_torch, read_json, read_yaml
 from search.dense import DenseCost
 
 TABLE_FORMAT = "ofa-latency-table"
@@ -138,7 +138,7 @@ class LatencyTable:
             raise OFAError(f"{self.source}: cannot predict this arch: {exc}") from None
 
     def predict_batch(self, rows: np.ndarray) -> np.ndarray:
-        """Predicted latencies (ms) of a population of integer gene rows (``ofa.encoding.GeneLayout``)."""
+        """Predicted latencies (ms) of a population of integer gene rows (``ofa.families.mbv3.encoding.GeneLayout``)."""
         return self._dense.predict_batch(rows)
 
     def predict_raw(self, arch: Arch) -> float:
@@ -161,7 +161,7 @@ class LatencyTable:
 
     def noise_pct(self) -> float | None:
         """How sure the table's figures are: the widest per-resolution noise its build recorded (% of the
-        figures; `ofa.deploy.timing.NOISE_CRITERION`), None for a table that records none."""
+        figures; `ofa.lut.timing.NOISE_CRITERION`), None for a table that records none."""
         per = ((self.meta.get("noise") or {}).get("per_resolution")) or {}
         values = [float(rec["noise_pct"]) for r, rec in per.items() if int(r) in self.resolutions]
         return max(values) if values else None

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ofa.arch import Arch
-from ofa.encoding import GeneLayout
-from ofa.io import atomic_write, write_json
-from ofa.space import SearchSpace
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import GeneLayout
+from ofa.families.mbv3.space import SearchSpace
+from ofa.utils.io import atomic_write, write_json
 
 BLOCK = 256
 

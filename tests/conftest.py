@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from ofa.space import SearchSpace, StageSpec
+from ofa.families.mbv3.space import SearchSpace, StageSpec
 from ofa.train.checkpoint import CheckpointStore
 
 TINY_RECIPE = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"  # a few-second synthetic recipe

@@ -5,9 +5,9 @@ import json
 import pytest
 from conftest import tiny_space
 
-from ofa.arch import Arch
-from ofa.encoding import sample_arch
-from ofa.errors import SpaceError
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.utils.errors import SpaceError
 
 
 def test_json_round_trip(tmp_path, space):

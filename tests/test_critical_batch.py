@@ -11,8 +11,8 @@ import pytest
 import yaml
 from conftest import TINY_RECIPE, load_bench_script
 
-from ofa.errors import OFAError
 from ofa.train.critical_batch import fit_tradeoff
+from ofa.utils.errors import OFAError
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCHES = np.array([16, 32, 64, 128, 256, 512, 1024], dtype=float)

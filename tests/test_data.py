@@ -9,8 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from ofa.data import DataConfig, LoaderOptions, build_data, data_from_meta, make_loader, set_loader_epoch
-from ofa.errors import OFAError
+from ofa.data.datasets import DataConfig, LoaderOptions, build_data, data_from_meta, make_loader, set_loader_epoch
+from ofa.utils.errors import OFAError
 
 
 def _all(ds) -> tuple[torch.Tensor, torch.Tensor]:

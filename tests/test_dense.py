@@ -3,8 +3,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from ofa.encoding import GeneLayout, sample_arch
-from ofa.space import SearchSpace
+from ofa.families.mbv3.encoding import GeneLayout, sample_arch
+from ofa.families.mbv3.space import SearchSpace
 from search.dense import DenseCost, macs_model, params_model
 
 

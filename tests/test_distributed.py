@@ -11,9 +11,9 @@ import sys
 import torch
 from conftest import TINY_RECIPE as TINY
 
-from ofa.deploy.lut_build import TableBuildConfig, build_table
-from ofa.deploy.timing import Standalone
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.lut.build import TableBuildConfig, build_table
+from ofa.lut.timing import Standalone
 from ofa.train import load_recipe, train
 
 # No dropout (its masks are per process), and a short schedule: full network, then the sandwich

@@ -14,17 +14,17 @@ from test_export import fake_data
 
 from ofa import OFAMobileNetV3
 from ofa.cli import main
-from ofa.deploy import formats
-from ofa.deploy.convert import read_metadata
-from ofa.deploy.export import ExportConfig, export_subnet
-from ofa.deploy.layer_models import LayerModules, empty_runner, input_shape
-from ofa.deploy.lut_build import TableBuildConfig, build_table
-from ofa.deploy.lut_check import CheckConfig, check_table
-from ofa.deploy.runtimes import OrtModel, check_backend, make_runner
-from ofa.deploy.timing import Standalone, time_models
-from ofa.deploy.verify import PARITY_ATOL, ParityError
-from ofa.encoding import sample_arch
-from ofa.errors import OFAError
+from ofa.export.export import ExportConfig, export_subnet
+from ofa.export.verify import PARITY_ATOL, ParityError
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.lut.build import TableBuildConfig, build_table
+from ofa.lut.check import CheckConfig, check_table
+from ofa.lut.layer_models import LayerModules, empty_runner, input_shape
+from ofa.lut.timing import Standalone, time_models
+from ofa.runtime import formats
+from ofa.runtime.convert import read_metadata
+from ofa.runtime.runtimes import OrtModel, check_backend, make_runner
+from ofa.utils.errors import OFAError
 
 pytest.importorskip("openvino")
 pytest.importorskip("executorch")

@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from conftest import perturb, tiny_space
 
-from ofa.encoding import sample_arch
-from ofa.layers import mid_channels
-from ofa.space import SearchSpace, StageSpec
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.families.mbv3.layers import mid_channels
+from ofa.families.mbv3.space import SearchSpace, StageSpec
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "elastic_golden.pt"
 

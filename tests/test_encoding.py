@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from conftest import tiny_space
 
-from ofa import encoding
-from ofa.encoding import ArchEncoder, GeneLayout, sample_arch
-from ofa.errors import OFAError
+from ofa.families.mbv3 import encoding
+from ofa.families.mbv3.encoding import ArchEncoder, GeneLayout, sample_arch
+from ofa.utils.errors import OFAError
 from search.dense import DenseCost, macs_model
 from search.evolution import EvolutionConfig, SearchConfig, SubsetPredictor, cheapest_rows, cost_models, run_search
-from search.predictor import AccuracyPredictor
+from search.predictor.model import AccuracyPredictor
 
 
 def test_seeded_sampling_is_reproducible(space):

@@ -16,14 +16,14 @@ from torch.utils.data import TensorDataset
 
 from ofa import OFAMobileNetV3, load_subnet, recalibrate_bn
 from ofa.cli import main
-from ofa.data import make_loader
-from ofa.deploy.convert import read_metadata
-from ofa.deploy.export import ExportConfig, export_subnet
-from ofa.deploy.layer_models import layer_specs
-from ofa.deploy.runtimes import OrtModel
-from ofa.deploy.verify import PARITY_ATOL, ParityError
-from ofa.encoding import sample_arch
-from ofa.io import file_sha256
+from ofa.data.datasets import make_loader
+from ofa.export.export import ExportConfig, export_subnet
+from ofa.export.verify import PARITY_ATOL, ParityError
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.lut.layer_models import layer_specs
+from ofa.runtime.convert import read_metadata
+from ofa.runtime.runtimes import OrtModel
+from ofa.utils.io import file_sha256
 
 
 def fake_data(space, n_train=256, n_test=96, size=20, seed=0) -> SimpleNamespace:
@@ -204,13 +204,13 @@ def test_reloaded_subnet_matches_a_fresh_extraction(net, data, tmp_path):
 
 
 def test_parity_failure_is_an_error_and_writes_nothing(net, ckpt, tmp_path, monkeypatch, capsys):
-    import ofa.deploy.export
+    import ofa.export.export
 
     arch = sample_arch(net.space, 2)
     arch_path = arch.save(tmp_path / "arch.json")
     out = tmp_path / "model.onnx"
     out.write_bytes(b"previous good model")
-    real_to_onnx = ofa.deploy.export.to_onnx
+    real_to_onnx = ofa.export.export.to_onnx
 
     def corrupted(model, *args, **kwargs):  # an exporter bug: one logit off by 1e-3, ten times the tolerance
         model.classifier.bias.data[0] += 1e-3
@@ -219,7 +219,7 @@ def test_parity_failure_is_an_error_and_writes_nothing(net, ckpt, tmp_path, monk
         finally:
             model.classifier.bias.data[0] -= 1e-3
 
-    monkeypatch.setattr(ofa.deploy.export, "to_onnx", corrupted)
+    monkeypatch.setattr(ofa.export.export, "to_onnx", corrupted)
     with pytest.raises(ParityError, match="onnxruntime does not match PyTorch"):
         export_subnet(net, arch, ExportConfig(out, latency=False))
     rc = main(["export", "--supernet", str(ckpt), "--arch", str(arch_path), "--out", str(out), "--no-latency"])

@@ -12,16 +12,16 @@ import pytest
 import torch
 from conftest import TINY_RECIPE, kill_at_step, perturb
 
-from ofa.arch import Arch
 from ofa.cli import main
-from ofa.deploy.convert import read_metadata
-from ofa.errors import OFAError
-from ofa.finetune import finetune, load_finetune_recipe
-from ofa.io import file_sha256
-from ofa.subnet import load_subnet
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.subnet import load_subnet
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.mbv3.transfer import rehead
+from ofa.runtime.convert import read_metadata
 from ofa.train import load_recipe
-from ofa.transfer import rehead
+from ofa.train.finetune import finetune, load_finetune_recipe
+from ofa.utils.errors import OFAError
+from ofa.utils.io import file_sha256
 
 RECIPE = Path(__file__).resolve().parent / "recipes" / "finetune_tiny.yaml"
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from ofa.cli import main
-from ofa.data import build_data
-from ofa.errors import OFAError
-from ofa.idx import FASHION_MNIST_CLASSES, read_idx
+from ofa.data.datasets import build_data
+from ofa.data.idx import FASHION_MNIST_CLASSES, read_idx
 from ofa.train import load_recipe
+from ofa.utils.errors import OFAError
 
 ROOT = Path(__file__).resolve().parents[1]
 FASHION = ROOT / "recipes" / "fashion_mnist.yaml"

@@ -16,13 +16,16 @@ import yaml
 from conftest import load_bench_script
 
 from ofa.cli import main
-from ofa.deploy import lut_build, lut_check, timing
-from ofa.deploy.convert import export_onnx
-from ofa.deploy.layer_models import LayerModules, input_shape, layer_specs
-from ofa.deploy.lut_build import TableBuildConfig, build_table, calibration_archs, fit_correction
-from ofa.deploy.lut_check import CheckConfig, check_table
-from ofa.deploy.runtimes import Runner
-from ofa.deploy.timing import (
+from ofa.families.mbv3.encoding import GeneLayout, sample_arch
+from ofa.families.mbv3.space import SearchSpace, StageSpec
+from ofa.families.mbv3.subnet import count_params
+from ofa.lut import build as lut_build
+from ofa.lut import check as lut_check
+from ofa.lut import timing
+from ofa.lut.build import TableBuildConfig, build_table, calibration_archs, fit_correction
+from ofa.lut.check import CheckConfig, check_table
+from ofa.lut.layer_models import LayerModules, input_shape, layer_specs
+from ofa.lut.timing import (
     Interleaved,
     Standalone,
     TimingConfig,
@@ -39,10 +42,9 @@ from ofa.deploy.timing import (
     trimmed_stats,
     with_overrides,
 )
-from ofa.encoding import GeneLayout, sample_arch
-from ofa.errors import OFAError
-from ofa.space import SearchSpace, StageSpec
-from ofa.subnet import count_params
+from ofa.runtime.convert import export_onnx
+from ofa.runtime.runtimes import Runner
+from ofa.utils.errors import OFAError
 from search.latency import LatencyTable, space_from_arg
 
 FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
@@ -440,7 +442,7 @@ def test_export_measurement_is_standalone_whatever_built_the_table(space):
 def test_bench_plain_loop_is_its_own_timer_around_session_run(monkeypatch):
     bench = load_bench_script("standalone_latency")
     imported = {node.module for node in ast.walk(ast.parse(BENCH.read_text())) if isinstance(node, ast.ImportFrom)}
-    assert "search.latency" in imported and not imported & {"ofa.deploy.timing", "ofa.deploy.runtimes"}
+    assert "search.latency" in imported and not imported & {"ofa.lut.timing", "ofa.runtime.runtimes"}
     now, durations, runs = [0.0], iter([1.0] * 3 + [0.002, 0.001, 0.009, 0.001, 0.003]), []
 
     class Session:

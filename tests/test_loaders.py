@@ -9,14 +9,14 @@ import pytest
 import torch
 import yaml
 
-from ofa.arch import Arch
-from ofa.errors import OFAError
-from ofa.subnet import SUBNET_FORMAT, load_subnet
-from ofa.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.subnet import SUBNET_FORMAT, load_subnet
+from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
 from ofa.train.checkpoint import load_checkpoint
-from search.collect import load_accuracy
+from ofa.utils.errors import OFAError
 from search.latency import LatencyTable
-from search.predictor import PREDICTOR_FORMAT, AccuracyPredictor
+from search.predictor.collect import load_accuracy
+from search.predictor.model import PREDICTOR_FORMAT, AccuracyPredictor
 
 LOADERS = {
     "table": LatencyTable.load,

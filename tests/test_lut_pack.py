@@ -14,15 +14,15 @@ import pytest
 import yaml
 from conftest import tiny_space
 
-from ofa.arch import Arch
 from ofa.cli import main
-from ofa.deploy.external_runner import CommandRunner
-from ofa.deploy.layer_models import layer_specs
-from ofa.deploy.lut_build import fit_correction
-from ofa.deploy.lut_pack import ImportConfig, PackConfig, import_timings_file, pack_models, read_manifest
-from ofa.deploy.lut_runner import RunnerBuildConfig, build_with_runner
-from ofa.encoding import sample_arch
-from ofa.errors import OFAError
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.lut.build import fit_correction
+from ofa.lut.external_runner import CommandRunner
+from ofa.lut.layer_models import layer_specs
+from ofa.lut.pack import ImportConfig, PackConfig, import_timings_file, pack_models, read_manifest
+from ofa.lut.runner import RunnerBuildConfig, build_with_runner
+from ofa.utils.errors import OFAError
 from search.latency import LatencyTable
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -154,9 +154,9 @@ def test_runner_build_times_each_packed_model_with_a_command(tmp_path, monkeypat
     assert rc == 0 and summary["n"] == 2 and len(summary["rows"]) == 2 and len(list((check / "models").iterdir())) == 2
     assert all(r["predicted_ms"] == round(table.predict(Arch.from_dict(r["arch"])), 4) for r in summary["rows"])
     # a second build reuses the pack and only re-times
-    import ofa.deploy.lut_runner
+    import ofa.lut.runner
 
-    monkeypatch.setattr(ofa.deploy.lut_runner, "pack_models", lambda *a: pytest.fail("packed again"))
+    monkeypatch.setattr(ofa.lut.runner, "pack_models", lambda *a: pytest.fail("packed again"))
     rc = main(
         [
             "lut",

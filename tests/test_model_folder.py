@@ -19,10 +19,10 @@ from test_export import fake_data, ort_logits
 
 from ofa import OFAMobileNetV3, load_subnet
 from ofa.cli import main
-from ofa.deploy.export import ExportConfig, export_subnet
-from ofa.deploy.push import PushConfig, push_folder
-from ofa.encoding import sample_arch
-from ofa.errors import OFAError
+from ofa.export.export import ExportConfig, export_subnet
+from ofa.export.push import PushConfig, push_folder
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.utils.errors import OFAError
 
 ROOT = Path(__file__).resolve().parent.parent
 # Runs the card's timm lines in the folder with `ofa` unimportable, and saves the logits of the given input.

@@ -9,13 +9,13 @@ import pytest
 import torch
 from conftest import perturb
 
-from ofa.arch import Arch
 from ofa.cli import main
-from ofa.encoding import sample_arch
-from ofa.errors import OFAError, SpaceError
-from ofa.official import ImportConfig, import_official, to_official_state
-from ofa.space import SearchSpace
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.families.mbv3.official import ImportConfig, import_official, to_official_state
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.utils.errors import OFAError, SpaceError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CHECKPOINT = FIXTURES / "ofa_mbv3_w0.5_c10_random.pth"  # official code, width 0.5, 10 classes, random weights

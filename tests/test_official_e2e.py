@@ -20,11 +20,11 @@ import onnx
 import yaml
 
 from ofa.cli import main
-from ofa.deploy.convert import read_metadata
-from ofa.deploy.lut_build import TableBuildConfig, build_table
-from ofa.deploy.timing import Standalone
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.lut.build import TableBuildConfig, build_table
+from ofa.lut.timing import Standalone
 from ofa.pipeline import Pipeline, PipelineConfig
-from ofa.supernet import OFAMobileNetV3
+from ofa.runtime.convert import read_metadata
 from ofa.train import load_recipe
 from search.latency import LatencyTable
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import load_bench_script, tiny_space
 
-from ofa.elastic import ElasticSqueezeExcite
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.elastic import ElasticSqueezeExcite
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 
 overhead = load_bench_script("elastic_overhead")
 official = load_bench_script("official_overhead")

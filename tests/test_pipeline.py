@@ -10,14 +10,14 @@ from conftest import TINY_RECIPE as RECIPE
 
 from ofa import pipeline as pipeline_module
 from ofa.cli import main
-from ofa.deploy import lut_build
-from ofa.deploy.lut_build import TableBuildConfig, build_table
-from ofa.deploy.result import BudgetVerdict
-from ofa.deploy.timing import Standalone, time_models
-from ofa.errors import OFAError
-from ofa.io import read_yaml
+from ofa.export.result import BudgetVerdict
+from ofa.families.mbv3.space import SearchSpace
+from ofa.lut import build as lut_build
+from ofa.lut.build import TableBuildConfig, build_table
+from ofa.lut.timing import Standalone, time_models
 from ofa.pipeline import Pipeline, PipelineConfig, budget_cell, budget_notes
-from ofa.space import SearchSpace
+from ofa.utils.errors import OFAError
+from ofa.utils.io import read_yaml
 
 FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
 

@@ -8,13 +8,13 @@ import torch
 from conftest import perturb, tiny_space
 
 from ofa.cli import main
-from ofa.data import data_from_meta
-from ofa.encoding import GeneLayout
-from ofa.errors import OFAError
-from ofa.evaluate import evaluate_arch
-from ofa.supernet import OFAMobileNetV3
+from ofa.data.datasets import data_from_meta
+from ofa.families.mbv3.encoding import GeneLayout
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.train.distributed import DistEnv
-from search.collect import (
+from ofa.train.evaluate import evaluate_arch
+from ofa.utils.errors import OFAError
+from search.predictor.collect import (
     FILE_KIND,
     AccuracyData,
     CollectConfig,
@@ -24,8 +24,8 @@ from search.collect import (
     read_accuracy,
     subnet_arch,
 )
-from search.fit import FitConfig, fit_predictor
-from search.predictor import PREDICTOR_FORMAT, AccuracyPredictor, kendall_tau
+from search.predictor.fit import FitConfig, fit_predictor
+from search.predictor.model import PREDICTOR_FORMAT, AccuracyPredictor, kendall_tau
 
 
 def synthetic_top1(space, rows):

@@ -9,9 +9,9 @@ import yaml
 from conftest import TINY_RECIPE as TINY
 
 from ofa.cli import main
-from ofa.errors import OFAError
 from ofa.train import load_recipe
 from ofa.train.recipe import recipe_from_dict
+from ofa.utils.errors import OFAError
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "recipes" / "digits.yaml"

@@ -18,12 +18,12 @@ from conftest import TINY_RECIPE as TINY
 from conftest import kill_at_step
 
 from ofa.cli import main
-from ofa.errors import OFAError
-from ofa.io import save_torch
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.train import load_recipe, train
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.recipe import recipe_from_dict
+from ofa.utils.errors import OFAError
+from ofa.utils.io import save_torch
 
 # Checkpoint every 2 steps (the schedule, and so the weights, do not depend on it).
 OVERRIDES = ["checkpoint.every_steps=2"]

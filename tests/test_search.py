@@ -7,17 +7,17 @@ import pytest
 import torch
 from conftest import scalar_series, tiny_space
 
-from ofa.arch import Arch
 from ofa.cli import main
-from ofa.encoding import GeneLayout
-from ofa.errors import OFAError
-from ofa.space import SearchSpace
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import GeneLayout
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.utils.errors import OFAError
 from search.dense import DenseCost, macs_model
 from search.evolution import EvolutionConfig, SearchConfig, cheapest_rows, check_reachable, run_search, unique_rows
 from search.latency import LatencyTable, save_table
 from search.pareto import ParetoFront, non_dominated
-from search.predictor import AccuracyPredictor
+from search.predictor.model import AccuracyPredictor
 
 SMALL = EvolutionConfig(population=40, generations=40)
 

@@ -4,12 +4,12 @@ import pytest
 import yaml
 from conftest import tiny_space
 
-from ofa.arch import Arch
-from ofa.encoding import sample_arch
-from ofa.errors import SpaceError
-from ofa.layers import LayerSpec
-from ofa.space import SearchSpace
-from ofa.subnet import build_subnet, count_macs, count_params
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.families.mbv3.layers import LayerSpec
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.subnet import build_subnet, count_macs, count_params
+from ofa.utils.errors import SpaceError
 
 
 def test_mbv3_space_matches_paper():

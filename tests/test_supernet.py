@@ -8,14 +8,14 @@ import torch
 import torch.nn.functional as F
 from conftest import perturb, tiny_space
 
-from ofa.bn import recalibrate_bn
-from ofa.elastic import kernel_matrices
-from ofa.encoding import sample_arch
-from ofa.errors import OFAError
-from ofa.layers import mid_channels
-from ofa.space import SearchSpace
-from ofa.subnet import load_subnet, save_subnet
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.elastic import kernel_matrices
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.families.mbv3.layers import mid_channels
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.subnet import load_subnet, save_subnet
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.train.bn import recalibrate_bn
+from ofa.utils.errors import OFAError
 
 
 @pytest.fixture(scope="module")

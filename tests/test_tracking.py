@@ -8,8 +8,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import scalar_series
 
-from ofa.train.recipe import LoggingConfig
-from ofa.train.tracking import Tracker, log_figures, open_tracker
+from ofa.utils.tracking import LoggingConfig, Tracker, log_figures, open_tracker
 
 EPOCH = {
     "kind": "epoch",

@@ -12,13 +12,13 @@ from conftest import TINY_RECIPE as TINY
 from conftest import scalar_series
 
 from ofa.cli import main
-from ofa.data import data_from_meta
-from ofa.errors import OFAError
-from ofa.supernet import OFAMobileNetV3
+from ofa.data.datasets import data_from_meta
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.train import load_recipe, train
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.optim import build_optimizer, lr_at
 from ofa.train.sampling import eval_subnets, step_subnets
+from ofa.utils.errors import OFAError
 
 
 @pytest.fixture(scope="module")

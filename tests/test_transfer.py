@@ -11,12 +11,12 @@ import yaml
 from conftest import TINY_RECIPE as TINY
 from conftest import perturb
 
-from ofa.errors import OFAError
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.mbv3.transfer import adapt_supernet, derive_space, fold_input_channels, rehead
 from ofa.train import load_recipe, train
 from ofa.train.distributed import DistEnv
 from ofa.train.loop import Trainer
-from ofa.transfer import adapt_supernet, derive_space, fold_input_channels, rehead
+from ofa.utils.errors import OFAError
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ def _ms(lat: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.deploy.export import ExportConfig, export_file
+    from ofa.export.export import ExportConfig, export_file
 
     cfg = ExportConfig(
         out=Path(args.out),

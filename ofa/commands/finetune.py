@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.finetune import finetune_files
+    from ofa.train.finetune import finetune_files
 
     r = finetune_files(args.supernet, args.arch, args.recipe, args.out, args.resume, args.overrides)
     print(

@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.official import ImportConfig, import_official_file
+    from ofa.families.mbv3.official import ImportConfig, import_official_file
 
     config = ImportConfig(
         expands=args.expands,

@@ -176,8 +176,8 @@ def _add_pack_and_import(verbs: Any) -> None:
 def run_build(args: argparse.Namespace) -> int:
     if args.runner or args.runner_regex:
         return run_build_with_runner(args)
-    from ofa.deploy.lut_build import TableBuildConfig, build_table_file, noise_text
-    from ofa.deploy.timing import PROTOCOLS, with_overrides
+    from ofa.lut.build import TableBuildConfig, build_table_file, noise_text
+    from ofa.lut.timing import PROTOCOLS, with_overrides
 
     protocol = with_overrides(
         PROTOCOLS[args.protocol](),
@@ -218,8 +218,8 @@ def run_build(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     if args.runner or args.runner_regex:
         return run_check_with_runner(args)
-    from ofa.arch import Arch
-    from ofa.deploy.lut_check import CheckConfig, check_table_file
+    from ofa.families.mbv3.arch import Arch
+    from ofa.lut.check import CheckConfig, check_table_file
 
     cfg = CheckConfig(
         n=args.n,
@@ -264,10 +264,10 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_build_with_runner(args: argparse.Namespace) -> int:
-    from ofa.deploy.external_runner import CommandRunner
-    from ofa.deploy.lut_pack import PackConfig
-    from ofa.deploy.lut_runner import RunnerBuildConfig, build_with_runner_file
-    from ofa.errors import OFAError
+    from ofa.lut.external_runner import CommandRunner
+    from ofa.lut.pack import PackConfig
+    from ofa.lut.runner import RunnerBuildConfig, build_with_runner_file
+    from ofa.utils.errors import OFAError
 
     if not (args.runner and args.runner_regex):
         raise OFAError("--runner and --runner-regex go together: the command, and how to read the time it prints")
@@ -294,7 +294,7 @@ def run_build_with_runner(args: argparse.Namespace) -> int:
 
 
 def run_pack(args: argparse.Namespace) -> int:
-    from ofa.deploy.lut_pack import PackConfig, pack_models
+    from ofa.lut.pack import PackConfig, pack_models
     from search.latency import space_from_arg
 
     cfg = PackConfig(
@@ -312,7 +312,7 @@ def run_pack(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from ofa.deploy.lut_pack import ImportConfig, import_timings_file
+    from ofa.lut.pack import ImportConfig, import_timings_file
 
     table = import_timings_file(args.pack, args.timings, ImportConfig(args.out, args.device, args.threads))
     print(f"wrote {args.out}: {table.describe()}")
@@ -320,9 +320,9 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_check_with_runner(args: argparse.Namespace) -> int:
-    from ofa.deploy.external_runner import CommandRunner
-    from ofa.deploy.lut_runner import RunnerCheckConfig, check_with_runner_file
-    from ofa.errors import OFAError
+    from ofa.lut.external_runner import CommandRunner
+    from ofa.lut.runner import RunnerCheckConfig, check_with_runner_file
+    from ofa.utils.errors import OFAError
 
     if not (args.runner and args.runner_regex):
         raise OFAError("--runner and --runner-regex go together: the command, and how to read the time it prints")

@@ -85,7 +85,7 @@ def _add_fit(sub: argparse._SubParsersAction) -> None:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from search.collect import CollectConfig, collect_from_checkpoint
+    from search.predictor.collect import CollectConfig, collect_from_checkpoint
 
     cfg = CollectConfig(
         n=args.n,
@@ -105,7 +105,7 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from search.fit import FitConfig, fit_predictor_file
+    from search.predictor.fit import FitConfig, fit_predictor_file
 
     cfg = FitConfig(
         test_fraction=args.test_fraction,

@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.deploy.push import PushConfig, push_folder
+    from ofa.export.push import PushConfig, push_folder
 
     cfg = PushConfig(
         Path(args.folder),

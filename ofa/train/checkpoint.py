@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ofa.errors import OFAError
-from ofa.io import load_torch, save_torch
-from ofa.supernet import CHECKPOINT_FORMAT
+from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT
+from ofa.utils.errors import OFAError
+from ofa.utils.io import load_torch, save_torch
 
 _NAME = re.compile(r"^step-(\d+)\.pt$")
 REQUIRED = ("model", "space", "meta", "phase", "epoch", "step", "global_step")

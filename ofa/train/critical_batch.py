@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
 
-from ofa.errors import OFAError
 from ofa.train.noise_scale import log_interval
+from ofa.utils.errors import OFAError
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ofa.supernet import OFAMobileNetV3
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 
 
 def soft_cross_entropy(logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

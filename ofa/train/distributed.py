@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ofa.errors import OFAError
+from ofa.utils.errors import OFAError
 
 
 @dataclass(frozen=True)

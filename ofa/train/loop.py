@@ -21,24 +21,24 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ofa.arch import Arch
-from ofa.bn import recalibrate_bn, resize
-from ofa.data import LoaderOptions, build_data, make_loader, set_loader_epoch
-from ofa.errors import OFAError
-from ofa.evaluate import evaluate_arch
-from ofa.io import write_yaml
-from ofa.supernet import OFAMobileNetV3
+from ofa.data.datasets import LoaderOptions, build_data, make_loader, set_loader_epoch
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.mbv3.transfer import adapt_supernet
+from ofa.train.bn import recalibrate_bn, resize
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distill import frozen_teacher, soft_cross_entropy
 from ofa.train.distributed import DistEnv, all_reduce_sum, average_gradients, broadcast_state, process_group
+from ofa.train.evaluate import evaluate_arch
 from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator, batch_advice
 from ofa.train.optim import build_optimizer, lr_at, set_lr
 from ofa.train.plots import plot_training_curves
 from ofa.train.recipe import PhaseConfig, Recipe, load_recipe
 from ofa.train.resume import check_resume, check_same_space, prepare_run_folder
 from ofa.train.sampling import eval_subnets, step_seed, step_subnets
-from ofa.train.tracking import Tracker, open_tracker
-from ofa.transfer import adapt_supernet
+from ofa.utils.errors import OFAError
+from ofa.utils.io import write_yaml
+from ofa.utils.tracking import Tracker, open_tracker
 
 
 def train(recipe: Recipe, out_dir: str | Path, resume: bool = False) -> Path:

@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from ofa.data import LoaderOptions, make_loader, set_loader_epoch
-from ofa.errors import OFAError
+from ofa.data.datasets import LoaderOptions, make_loader, set_loader_epoch
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distributed import all_reduce_sum, average_gradients, process_group
 from ofa.train.loop import Trainer
@@ -33,6 +32,7 @@ from ofa.train.noise_scale import (
 )
 from ofa.train.recipe import Recipe, load_recipe
 from ofa.train.sampling import step_seed, step_subnets
+from ofa.utils.errors import OFAError
 
 
 @dataclass(frozen=True)

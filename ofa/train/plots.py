@@ -7,7 +7,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from ofa.io import atomic_write
+from ofa.utils.io import atomic_write
 
 
 def read_metrics(path: str | Path) -> list[dict]:

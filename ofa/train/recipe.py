@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ofa.arch import Arch
-from ofa.config import ConfigError, apply_overrides, parse_fields, parse_section, section_to_dict
-from ofa.data import DataConfig, parse_data_config
-from ofa.errors import OFAError, SpaceError
-from ofa.io import read_yaml
-from ofa.space import SearchSpace
-from ofa.transfer import derive_space, read_supernet_space
+from ofa.data.datasets import DataConfig, parse_data_config
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.transfer import derive_space, read_supernet_space
+from ofa.utils.config import ConfigError, apply_overrides, parse_fields, parse_section, section_to_dict
+from ofa.utils.errors import OFAError, SpaceError
+from ofa.utils.io import read_yaml
+from ofa.utils.tracking import LoggingConfig
 
 
 @dataclass(frozen=True)
@@ -103,16 +104,6 @@ class CheckpointConfig:
     every_steps: int = 0  # also checkpoint every N optimizer steps (0: at epoch ends only)
     keep: int = 2  # newest checkpoints kept (>= 2: a damaged latest one always has a predecessor)
     safetensors: bool = False  # also write supernet.safetensors (weights + JSON header, no pickle)
-
-
-@dataclass(frozen=True)
-class LoggingConfig:
-    """Where training figures go besides metrics.jsonl and the PNG plots (each only when installed)."""
-
-    tensorboard: bool = True  # event files in RUN/tensorboard (torch.utils.tensorboard)
-    wandb: bool = False  # Weights & Biases run in project `project`
-    mlflow: bool = False  # MLflow run in experiment `project` (MLFLOW_TRACKING_URI, default ./mlruns)
-    project: str = "ofa"
 
 
 @dataclass(frozen=True)

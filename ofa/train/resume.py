@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ofa.config import Difference, differences
-from ofa.errors import OFAError
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.recipe import Recipe
+from ofa.utils.config import Difference, differences
+from ofa.utils.errors import OFAError
 
 # Recipe keys a resumed run may change ("x.*": x itself and every key under x). Logging keys belong here.
 RESUMABLE = (

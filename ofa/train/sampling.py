@@ -10,9 +10,9 @@ import itertools
 
 import numpy as np
 
-from ofa.arch import Arch
-from ofa.encoding import sample_arch
-from ofa.space import SearchSpace
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.families.mbv3.space import SearchSpace
 from ofa.train.recipe import PhaseConfig
 
 

@@ -1,0 +1,1 @@
+"""The elastic MobileNetV3 family: space and arch, gene encoding, elastic blocks, supernet, subnet, official import."""

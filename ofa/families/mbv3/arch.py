@@ -1,0 +1,121 @@
+"""``Arch``, one subnet of a search space, and its JSON form (the file `ofa search` writes and `ofa export` reads).
+
+An arch file names the space it belongs to by the space's fingerprint (key ``space``), so a
+consumer refuses an arch of another supernet instead of guessing; ``SearchSpace.validate`` checks it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ofa.families.mbv3 import official_encoding
+from ofa.utils.errors import SpaceError
+from ofa.utils.io import read_text, write_json
+
+ARCH_FIELDS = ("resolution", "depths", "kernels", "expands")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One subnet: resolution, depth per stage, kernel and expand per block slot.
+
+    Slots are ``stage * max_depth + index``; slots past a stage's depth are ignored but kept, so
+    every arch of a space has the same shape. ``extra`` carries optional fields written by search
+    and export (predicted_top1, latency_ms, macs, params, lut); ``space`` is the fingerprint of the
+    space the arch was chosen in (None when unknown). Neither is part of identity.
+    """
+
+    resolution: int
+    depths: tuple[int, ...]
+    kernels: tuple[int, ...]
+    expands: tuple[int, ...]
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    space: str | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "resolution": int(self.resolution),
+            "depths": [int(d) for d in self.depths],
+            "kernels": [int(k) for k in self.kernels],
+            "expands": [int(e) for e in self.expands],
+        }
+        if self.space is not None:
+            out["space"] = self.space
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "arch") -> Arch:
+        """Parse an arch mapping; raises ``SpaceError`` naming ``source`` and the first bad field."""
+        if not isinstance(d, Mapping):
+            raise SpaceError(f"{source}: expected a JSON object with resolution/depths/kernels/expands")
+        missing = [k for k in ARCH_FIELDS if k not in d]
+        if missing:
+            raise SpaceError(f"{source}: missing field {missing[0]!r}")
+
+        def ints(name: str) -> tuple[int, ...]:
+            value = d[name]
+            if not isinstance(value, list | tuple) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value
+            ):
+                raise SpaceError(f"{source}: field {name!r} must be a list of integers, got {value!r}")
+            return tuple(value)
+
+        res = d["resolution"]
+        if not isinstance(res, int) or isinstance(res, bool):
+            raise SpaceError(f"{source}: field 'resolution' must be an integer, got {res!r}")
+        space = d.get("space")
+        if space is not None and not isinstance(space, str):
+            raise SpaceError(f"{source}: field 'space' must be a space fingerprint string, got {space!r}")
+        extra = {k: v for k, v in d.items() if k not in (*ARCH_FIELDS, "space")}
+        return cls(res, ints("depths"), ints("kernels"), ints("expands"), extra, space)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "arch") -> Arch:
+        try:
+            return cls.from_dict(json.loads(text), source)
+        except json.JSONDecodeError as exc:
+            raise SpaceError(f"{source}: invalid JSON: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Arch:
+        """Read an arch file; raises ``SpaceError`` (one line naming the file) when missing or malformed."""
+        path = Path(path)
+        if not path.is_file():
+            raise SpaceError(f"{path}: arch file not found")
+        return cls.from_json(read_text(path, "arch file"), str(path))
+
+    def save(self, path: str | Path) -> Path:
+        return write_json(path, self.to_dict())
+
+    def with_extra(self, extra: Mapping[str, Any]) -> Arch:
+        """A copy with ``extra`` merged into its extras (JSON-serialisable values)."""
+        return replace(self, extra={**self.extra, **extra})
+
+    def short(self) -> str:
+        """A compact human-readable name, e.g. ``r16-d2.3.1-k35..-e46..``."""
+        return (
+            f"r{self.resolution}-d{''.join(map(str, self.depths))}"
+            f"-k{''.join(map(str, self.kernels))}-e{''.join(map(str, self.expands))}"
+        )
+
+    @classmethod
+    def from_ofa_config(
+        cls, config: Mapping[str, Any], resolution: int | Sequence[int] | None = None, source: str = "ofa config"
+    ) -> Arch:
+        """An official once-for-all subnet ``{"ks", "e", "d"}`` at ``resolution`` (int or ``[int]``).
+
+        ``resolution`` defaults to the config's ``"r"``. Raises ``SpaceError`` naming ``source`` and
+        the first bad field; whether the arch fits a space is ``SearchSpace.validate``'s to say.
+        """
+        return cls(*official_encoding.from_ofa_config(config, resolution, source))
+
+    def to_ofa_config(self) -> dict[str, Any]:
+        """The official once-for-all encoding ``{"ks", "e", "d", "r"}`` of this arch."""
+        return official_encoding.to_ofa_config(self.resolution, self.depths, self.kernels, self.expands)

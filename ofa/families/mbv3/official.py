@@ -1,0 +1,349 @@
+"""Official once-for-all OFA-MobileNetV3 checkpoints ↔ our supernet, weight for weight.
+
+The official code (mit-han-lab/once-for-all) computes what our elastic blocks compute: the same
+prefix channel slices, the same 7→5→3 centre-crop-and-matrix kernel chain, SE width
+``make_divisible(mid // 4)``, hswish/hsigmoid via relu6, BN eps 1e-5 / momentum 0.1, the feature
+mix 1×1 conv without BN or bias. Only names differ, so import is a key map plus a space inferred
+from the tensor shapes. The space records the widths exactly as found, at width multiplier 1, so
+any multiplier the official code builds round-trips without re-deriving its rounding.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ofa.families.mbv3.layers import mid_channels
+from ofa.families.mbv3.space import SearchSpace, StageSpec
+from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
+from ofa.families.mbv3.transfer import fold_input_channels, rehead
+from ofa.utils.errors import OFAError
+from ofa.utils.io import file_sha256, load_torch
+
+# The paper's OFA-MobileNetV3 skeleton: what shapes cannot tell.
+OFFICIAL_STAGES = 5
+OFFICIAL_STRIDES = (2, 2, 2, 1, 2)
+OFFICIAL_ACTS = ("relu", "relu", "hswish", "hswish", "hswish")
+PAPER_EXPANDS = (3, 4, 6)
+PAPER_DEPTHS = (2, 3, 4)
+PAPER_RESOLUTIONS = tuple(range(128, 225, 4))
+# How the official ImageNet models expect their input (official imagenet data provider).
+OFFICIAL_PREPROCESS = {
+    "mean": [0.485, 0.456, 0.406],
+    "std": [0.229, 0.224, 0.225],
+    "interpolation": "bilinear",
+    "crop_pct": 0.875,
+}
+
+_BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+# Elastic block (blocks.N, N >= 1): official canonical suffix → ours.
+_BLOCK = {
+    "inverted_bottleneck.conv.weight": "conv_pw.weight",
+    "depth_conv.conv.weight": "conv_dw.weight",
+    "point_linear.conv.weight": "conv_pwl.weight",
+    **{f"depth_conv.se.fc.{o}.{p}": f"se.conv_{o}.{p}" for o in ("reduce", "expand") for p in ("weight", "bias")},
+    **{
+        f"{o}.bn.{b}": f"{u}.{b}"
+        for o, u in (("inverted_bottleneck", "bn1"), ("depth_conv", "bn2"), ("point_linear", "bn3"))
+        for b in _BN
+    },
+}
+_MATRIX = re.compile(r"^depth_conv\.conv\.(\d+)to(\d+)_matrix$")
+_BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.conv\.(.+)$")
+
+
+def _fixed_map(final: int) -> dict[str, str]:
+    """Official canonical key → ours for the parts every subnet runs (``final``: our final block index)."""
+    out = {
+        "first_conv.conv.weight": "conv_stem.weight",
+        "blocks.0.conv.depth_conv.conv.weight": "blocks.0.0.conv_dw.weight",
+        "blocks.0.conv.point_linear.conv.weight": "blocks.0.0.conv_pw.weight",
+        "final_expand_layer.conv.weight": f"blocks.{final}.0.conv.weight",
+        "feature_mix_layer.conv.weight": "conv_head.weight",
+        "classifier.linear.weight": "classifier.weight",
+        "classifier.linear.bias": "classifier.bias",
+    }
+    bns = (
+        ("first_conv", "bn1"),
+        ("blocks.0.conv.depth_conv", "blocks.0.0.bn1"),
+        ("blocks.0.conv.point_linear", "blocks.0.0.bn2"),
+        ("final_expand_layer", f"blocks.{final}.0.bn1"),
+    )
+    for official, ours in bns:
+        out.update({f"{official}.bn.{b}": f"{ours}.{b}" for b in _BN})
+    return out
+
+
+def canonical_key(key: str) -> str:
+    """One name per tensor whatever the official code's version wrote (its own loader's remapping).
+
+    Older checkpoints say ``.mobile_inverted_conv.`` for ``.conv.``; dynamic layers nest
+    ``.bn.bn.``, ``.conv.conv.weight`` and ``.linear.linear.`` where static ones do not.
+    """
+    key = key.replace(".mobile_inverted_conv.", ".conv.")
+    for nested, flat in ((".bn.bn.", ".bn."), (".conv.conv.weight", ".conv.weight"), (".linear.linear.", ".linear.")):
+        key = key.replace(nested, flat)
+    return key
+
+
+def official_key_map(space: SearchSpace) -> dict[str, str]:
+    """Official canonical key → our supernet key, for every tensor of ``space``'s supernet."""
+    d, final = space.max_depth, space.num_stages + 1
+    out = _fixed_map(final)
+    for s, stage in enumerate(space.stages):
+        for j in range(d):
+            pre, ours = f"blocks.{1 + s * d + j}.conv.", f"blocks.{s + 1}.{j}."
+            out.update({pre + o: ours + u for o, u in _BLOCK.items() if stage.se or ".se." not in o})
+            kernels = sorted(space.kernels, reverse=True)
+            out.update(
+                {
+                    f"{pre}depth_conv.conv.{a}to{b}_matrix": f"{ours}conv_dw.transforms.{a}to{b}"
+                    for a, b in itertools.pairwise(kernels)
+                }
+            )
+    return out
+
+
+def read_official(path: str | Path) -> dict[str, torch.Tensor]:
+    """The state dict of an official checkpoint, canonical names, floats as fp32 (fp16 files too)."""
+    obj = load_torch(path, "official OFA checkpoint")
+    if obj.get("format") in (SUPERNET_FORMAT, CHECKPOINT_FORMAT):
+        raise OFAError(f"{path}: already an {obj['format']} file of this toolkit; load it directly, nothing to import")
+    state = obj.get("state_dict", obj)
+    if not isinstance(state, Mapping) or not state:
+        raise OFAError(f"{path}: no state_dict in the checkpoint (keys: {sorted(map(str, obj))[:5]})")
+    bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
+    if bad is not None:
+        raise OFAError(
+            f"{path}: not an OFA-MobileNetV3 checkpoint (entry {bad!r} is a {type(state[bad]).__name__}, not a tensor)"
+        )
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        name = canonical_key(str(key))
+        if name in out:
+            raise OFAError(f"{path}: keys {key!r} and another name the same tensor {name!r}")
+        out[name] = value.float() if value.is_floating_point() else value
+    landmarks = ("first_conv.conv.weight", "final_expand_layer.conv.weight", "feature_mix_layer.conv.weight")
+    missing = [k for k in landmarks if k not in out]
+    if missing or not any(_BLOCK_KEY.match(k) for k in out):
+        sample = ", ".join(sorted(out)[:3])
+        raise OFAError(
+            f"{path}: not an OFA-MobileNetV3 checkpoint (no {missing[0] if missing else 'blocks.N.conv.*'}"
+            f"; found {sample}, ...)"
+        )
+    return out
+
+
+def _shape(state: Mapping[str, torch.Tensor], key: str, source: str, dims: int) -> tuple[int, ...]:
+    if key not in state:
+        raise OFAError(f"{source}: missing key {key!r}")
+    shape = tuple(state[key].shape)
+    if len(shape) != dims:
+        raise OFAError(f"{source}: {key} has shape {list(shape)}, expected {dims} dimensions")
+    return shape
+
+
+def _kernel_set(state: Mapping[str, torch.Tensor], source: str) -> tuple[int, ...]:
+    """Largest kernel from block 1's depthwise weight, smaller ones from its ``AtoB_matrix`` chain."""
+    big = _shape(state, "blocks.1.conv.depth_conv.conv.weight", source, 4)[-1]
+    pairs = sorted(
+        (int(m[1]), int(m[2]))
+        for k in state
+        if k.startswith("blocks.1.conv.") and (m := _MATRIX.match(k[len("blocks.1.conv.") :]))
+    )
+    kernels = sorted({big, *(b for _, b in pairs)}, reverse=True)
+    if pairs != sorted(itertools.pairwise(kernels)):
+        raise OFAError(
+            f"{source}: kernel transform matrices {[f'{a}to{b}' for a, b in pairs]} do not form a "
+            f"chain from the {big}x{big} kernel"
+        )
+    return tuple(sorted(kernels))
+
+
+def _max_expand(state: Mapping[str, torch.Tensor], source: str, blocks: int) -> int:
+    """The integer ratio whose rounded width (``make_divisible(round(in * e))``) every block shows."""
+    shapes = [
+        _shape(state, f"blocks.{n}.conv.inverted_bottleneck.conv.weight", source, 4) for n in range(1, blocks + 1)
+    ]
+    for e in range(1, 17):
+        if all(mid_channels(shape[1], e) == shape[0] for shape in shapes):
+            return e
+    out_c, in_c = shapes[0][:2]
+    raise OFAError(f"{source}: expanded widths (e.g. {in_c}->{out_c} in blocks.1) match no integer expand ratio")
+
+
+def _choices(found: int, given: tuple[int, ...] | None, paper: tuple[int, ...], name: str) -> tuple[int, ...]:
+    """The paper's choices up to what the shapes show, or the user's, whose largest must be that."""
+    if given is None:
+        return tuple(sorted({v for v in paper if v < found} | {found}))
+    if max(given) != found:
+        raise OFAError(f"--{name}: the largest choice must be {found} (the checkpoint's), got {list(given)}")
+    return tuple(sorted(set(given)))
+
+
+def infer_space(
+    state: Mapping[str, torch.Tensor],
+    source: str,
+    expands: tuple[int, ...] | None = None,
+    depths: tuple[int, ...] | None = None,
+) -> SearchSpace:
+    """The space an official checkpoint was built for, from its tensor shapes alone."""
+    numbers = sorted({int(m[1]) for k in state if (m := _BLOCK_KEY.match(k))} - {0})
+    if numbers != list(range(1, len(numbers) + 1)) or not numbers or len(numbers) % OFFICIAL_STAGES:
+        raise OFAError(
+            f"{source}: {len(numbers)} elastic blocks (blocks.1..N); OFA-MobileNetV3 has "
+            f"{OFFICIAL_STAGES} stages of equally many"
+        )
+    if "blocks.0.conv.inverted_bottleneck.conv.weight" in state:
+        raise OFAError(f"{source}: blocks.0 has an expand conv; OFA-MobileNetV3's first block has none")
+    max_depth = len(numbers) // OFFICIAL_STAGES
+    stem = _shape(state, "first_conv.conv.weight", source, 4)
+    first = _shape(state, "blocks.0.conv.point_linear.conv.weight", source, 4)
+    stages = tuple(
+        StageSpec(
+            _shape(state, f"blocks.{1 + s * max_depth}.conv.point_linear.conv.weight", source, 4)[0],
+            OFFICIAL_STRIDES[s],
+            f"blocks.{1 + s * max_depth}.conv.depth_conv.se.fc.reduce.weight" in state,
+            OFFICIAL_ACTS[s],
+        )
+        for s in range(OFFICIAL_STAGES)
+    )
+    return SearchSpace(
+        stages=stages,
+        kernels=_kernel_set(state, source),
+        expands=_choices(_max_expand(state, source, len(numbers)), expands, PAPER_EXPANDS, "expands"),
+        depths=_choices(max_depth, depths, PAPER_DEPTHS, "depths"),
+        resolutions=PAPER_RESOLUTIONS,
+        stem_width=stem[0],
+        first_width=first[0],
+        final_expand_width=_shape(state, "final_expand_layer.conv.weight", source, 4)[0],
+        feature_width=_shape(state, "feature_mix_layer.conv.weight", source, 4)[0],
+        in_channels=stem[1],
+        num_classes=_shape(state, "classifier.linear.weight", source, 2)[0],
+    )
+
+
+def load_official_weights(net: OFAMobileNetV3, state: Mapping[str, torch.Tensor], source: str) -> OFAMobileNetV3:
+    """Copy every official tensor into ``net``: each key known, none missing, every shape equal."""
+    key_map = official_key_map(net.space)
+    ours = net.state_dict()
+    extra = sorted(set(state) - set(key_map))
+    if extra:
+        raise OFAError(f"{source}: unexpected key {extra[0]!r} for an OFA-MobileNetV3 of the inferred space")
+    missing = sorted(set(key_map) - set(state))
+    if missing:
+        raise OFAError(f"{source}: missing key {missing[0]!r}")
+    for official, mine in key_map.items():
+        if tuple(state[official].shape) != tuple(ours[mine].shape):
+            raise OFAError(
+                f"{source}: {official} has shape {list(state[official].shape)}, expected "
+                f"{list(ours[mine].shape)} for the inferred space"
+            )
+        ours[mine] = state[official]
+    net.load_state_dict(ours)
+    return net
+
+
+def check_official_layout(space: SearchSpace) -> None:
+    """Raise unless ``space`` is one the official OFAMobileNetV3 class can build (any widths/choices)."""
+    problems = [
+        (space.num_stages == OFFICIAL_STAGES, f"{space.num_stages} stages instead of {OFFICIAL_STAGES}"),
+        (tuple(s.stride for s in space.stages) == OFFICIAL_STRIDES, "stage strides differ from the paper's"),
+        (tuple(s.act for s in space.stages) == OFFICIAL_ACTS, "stage activations differ from the paper's"),
+        (
+            (space.stem_stride, space.stem_act, space.head_act) == (2, "hswish", "hswish"),
+            "stem stride/activation or head activation differ from the paper's",
+        ),
+    ]
+    bad = next((why for ok, why in problems if not ok), None)
+    if bad:
+        raise OFAError(f"space cannot be written in the official OFA-MobileNetV3 layout: {bad}")
+
+
+def _official_name(key: str) -> str:
+    """Canonical → the names today's official code writes (dynamic layers nest ``.bn.bn.``/``.conv.conv.``)."""
+    m = _BLOCK_KEY.match(key)
+    if not m or m[1] == "0":
+        return key
+    rest = m[2].replace(".bn.", ".bn.bn.")
+    rest = re.sub(r"^(inverted_bottleneck|depth_conv|point_linear)\.conv\.weight$", r"\1.conv.conv.weight", rest)
+    return f"blocks.{m[1]}.conv.{rest}"
+
+
+def to_official_state(net: OFAMobileNetV3) -> dict[str, torch.Tensor]:
+    """Our supernet's weights under the official checkpoint's names (``torch.save({"state_dict": ...})``)."""
+    check_official_layout(net.space)
+    ours = net.state_dict()
+    return {
+        _official_name(official): ours[mine].detach().clone() for official, mine in official_key_map(net.space).items()
+    }
+
+
+@dataclass(frozen=True)
+class ImportConfig:
+    """Settings of ``ofa import``: choice lists the shapes cannot tell, and optional transfer surgery."""
+
+    expands: tuple[int, ...] | None = None  # default: the paper's 3/4/6 up to the checkpoint's largest
+    depths: tuple[int, ...] | None = None  # default: the paper's 2/3/4 up to the checkpoint's largest
+    num_classes: int | None = None  # a fresh classifier with this many classes
+    in_channels: int | None = None  # fold the stem's RGB weights for 1-channel (or other) inputs
+    seed: int = 0  # initialises the fresh classifier
+
+    def __post_init__(self) -> None:
+        for name in ("expands", "depths"):
+            values = getattr(self, name)
+            if values is not None and (not values or min(values) < 1):
+                raise OFAError(f"--{name}: expected positive integers, got {list(values)}")
+        for name in ("num_classes", "in_channels"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise OFAError(f"--{name.replace('_', '-')}: must be positive, got {value}")
+
+
+def import_official(path: str | Path, config: ImportConfig = ImportConfig()) -> OFAMobileNetV3:
+    """Our supernet computing what the official checkpoint at ``path`` computes (then the transfer surgery).
+
+    ``net.meta`` carries the official preprocessing and where the weights came from; its BN
+    statistics are the supernet's, so each subnet needs BN recalibration before it is deployed.
+    """
+    source = str(path)
+    state = read_official(path)
+    space = infer_space(state, source, config.expands, config.depths)
+    net = load_official_weights(OFAMobileNetV3(space), state, source)
+    net.meta = {
+        **OFFICIAL_PREPROCESS,
+        "imported_from": {
+            "file": Path(path).name,
+            "sha256": file_sha256(path),
+            "code": "mit-han-lab/once-for-all OFAMobileNetV3",
+        },
+        "bn_recalibration": "required: official subnets are evaluated with per-subnet BN statistics",
+    }
+    if config.in_channels is not None and config.in_channels != space.in_channels:
+        net = fold_input_channels(net, config.in_channels)
+    if config.num_classes is not None:
+        net = rehead(net, config.num_classes, config.seed)
+    return net
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What ``ofa import`` wrote."""
+
+    out: Path
+    space: SearchSpace
+    tensors: int
+    meta: dict[str, Any]
+
+
+def import_official_file(path: str | Path, out: str | Path, config: ImportConfig = ImportConfig()) -> ImportResult:
+    """Import the official checkpoint at ``path`` and write our supernet file to ``out`` (atomically)."""
+    net = import_official(path, config)
+    written = net.save(out, meta=net.meta)
+    return ImportResult(written, net.space, len(net.state_dict()), net.meta)

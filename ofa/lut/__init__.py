@@ -1,0 +1,1 @@
+"""Latency tables: the timing protocol, building a table, checking it, packs and runners for devices without Python."""

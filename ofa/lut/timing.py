@@ -1,0 +1,565 @@
+"""Latency measurement: what a user measures, for single layers, whole subnets and exported models.
+
+A user's latency budget is the wall-clock time of one model running on its own, warm, as vendor tools
+measure it (``onnxruntime_perf_test``, ``benchmark_app``): the same model called again and again, the
+wall clock read around each call. The default `Standalone` protocol measures exactly that: each model
+gets blocks of back-to-back calls (a few untimed ones first, so it runs warm), the models in a new
+shuffled order every round of blocks, and a block's figure is its median call.
+
+A shared host's noise comes in bursts (another tenant's job, the hypervisor taking the CPU away) that
+last longer than a short block, so a burst lifts whole blocks, and the spread of the block medians is
+the host's, which no number of blocks shrinks. The default estimator (``estimator="quantile"``) is
+built for that:
+
+- a block lasts at least ``block_ms`` (its call count sized from the model's last block), so one block
+  spans the short bursts instead of sitting inside one;
+- the figure is a low quantile (``quantile``, q25) of the kept block medians: bursts only ever slow a
+  call down, so the lower blocks are the ones the burst missed, and a low quantile is stable where a
+  median follows the share of time the host was busy;
+- blocks are added, in rounds over the models not yet done, until the figure's own 95% confidence
+  interval (order statistics of the block medians: it narrows as blocks are added, whatever the host's
+  spread) is within ``target_pct`` of it, after at least ``blocks`` kept blocks and up to ``budget_s``
+  seconds of timing per model;
+- a block during which the host stole CPU time (``steal`` in ``/proc/stat``) is left out, as is a call
+  the OS preempted (on one CPU thread: wall time well above the thread's CPU time; OpenVINO, which infers
+  on its own worker thread, against the process's CPU time); a block with fewer than ``MIN_CLEAN`` of its
+  calls left does not count.
+
+What a model's timing reports: ``mean_ms`` (the figure), ``ci_pct`` (the half-width of its 95% interval,
+% of the figure: the measurement's noise, `noise_pct` of the judged models), ``spread_pct`` (the block
+medians' interquartile range in % of their median, the host's burstiness: a diagnostic), ``count``
+(kept blocks) and ``steal_blocks``. Tables from before this estimator name none in ``meta.protocol``
+and read as ``estimator="median"``: ``blocks`` blocks of ``calls`` calls, the median block, which stays
+available.
+
+`Interleaved` is the older protocol, kept as an explicit option: shuffled rounds that time every model
+once or twice and move on, the quietest half of the rounds kept, on the thread's CPU clock by default
+(``clock="auto"``). It predicts its own protocol, which a user does not run: on a shared cache a model
+timed between others runs colder, and CPU time leaves out what the OS gave to other processes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx
+from scipy.stats import binom
+from torch import nn
+
+from ofa.runtime.runtimes import OrtRunner, Runner, backend_device, check_backend, make_runner
+from ofa.utils.errors import OFAError
+from search.latency import LatencyTable
+
+Stats = dict[str, float | int]  # {mean_ms: the protocol's figure, std_ms, count, spread_pct[, ci_pct, steal_blocks]}
+CLOCK_NAMES = {"wall": "wall", "thread": "thread-cpu-time"}
+WARN_NOISE_PCT = 5.0  # noise above which a build or check warns (a strict --max-noise refuses instead)
+NOISE_CRITERION = (
+    "half-width of the 95% confidence interval of a whole subnet's latency figure (order statistics of its "
+    "block medians), % of the figure, worst of the probe and calibration subnets; spread_pct beside it: the "
+    "block medians' interquartile range / median (the host's burstiness, which more blocks do not shrink)"
+)
+PREEMPTED_SHARE, PREEMPTED_MIN_MS = 0.05, 0.02  # wall - CPU time above max(5% of the call, 20 us): preempted
+MIN_CLEAN = 0.25  # share of a block's calls that must run unpreempted for the block to count
+RETRY_PASSES = 5  # median estimator: extra passes over the models with blocks that did not count
+MAX_CALLS_PER_BLOCK = 20_000  # a block of a model whose calls read ~0 ms stays finite
+MAX_BLOCKS = 400  # blocks of one model at the most, whatever the budget
+CONFIDENCE = 0.95
+ESTIMATORS = {
+    "quantile": "a low quantile of time-sized blocks' median calls, blocks added until its 95% interval "
+    "is within target_pct; blocks with host steal and preempted calls left out",
+    "median": "median over blocks of the median call",
+}
+
+
+def _check_fields(protocol: Any, least: Mapping[str, int], clocks: Sequence[str]) -> None:
+    """One clear line for a setting out of range (``protocol.NAME: ...``)."""
+    for name, low in least.items():
+        value = getattr(protocol, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise OFAError(f"protocol.{name}: expected an integer >= {low}, got {value!r}")
+    if protocol.clock not in clocks:
+        raise OFAError(
+            f"protocol.clock: {protocol.clock!r} is not one of {list(clocks)} for the {protocol.kind} protocol"
+        )
+
+
+def host_steal_ticks() -> int:
+    """CPU time the hypervisor gave to other guests so far (``steal`` of ``/proc/stat``, in clock ticks);
+    0 where the host does not report it."""
+    try:
+        with open("/proc/stat") as f:
+            values = f.readline().split()
+    except OSError:
+        return 0
+    return int(values[8]) if len(values) > 8 and values[0] == "cpu" else 0
+
+
+@dataclass
+class _Blocks:
+    """One model's blocks so far: (figure, counts) each, the seconds spent, the call count of the next one."""
+
+    figures: list[tuple[float, bool]] = field(default_factory=list)
+    seconds: float = 0.0
+    calls: int = 1
+    steal: int = 0  # blocks left out because the host stole CPU time during them
+
+    @property
+    def kept(self) -> list[float]:
+        """The figures of the blocks that count."""
+        return [f for f, counts in self.figures if counts]
+
+
+@dataclass(frozen=True)
+class Standalone:
+    """Each model on its own, warm, on the wall clock (see module doc); stored in a table's meta."""
+
+    warmup: int = 10  # untimed calls before every block (quantile: at most a quarter of the block, at least 1)
+    calls: int | None = None  # median: timed calls per block (50); quantile: least timed calls per block (3)
+    blocks: int | None = None  # median: blocks per model (7); quantile: least kept blocks per model (15)
+    clock: str = "wall"  # wall, preempted calls left out; or "thread": the calling thread's CPU time, all calls
+    seed: int = 0  # order of the shuffled blocks
+    estimator: str = "quantile"  # or "median", the estimator of tables that name none
+    block_ms: float = 20.0  # quantile: least duration of a block
+    quantile: float = 0.25  # quantile: the figure is this quantile of the kept block medians
+    target_pct: float = 2.0  # quantile: blocks are added until the figure's 95% half-width is within this %
+    budget_s: float = 1.0  # quantile: most seconds of timing per model once its least blocks are in
+    kind: ClassVar[str] = "standalone"
+
+    def __post_init__(self) -> None:
+        if self.estimator not in ESTIMATORS:
+            raise OFAError(f"protocol.estimator: {self.estimator!r} is not one of {list(ESTIMATORS)}")
+        quantile = self.estimator == "quantile"
+        if self.calls is None:
+            object.__setattr__(self, "calls", 3 if quantile else 50)
+        if self.blocks is None:
+            object.__setattr__(self, "blocks", 15 if quantile else 7)
+        _check_fields(self, {"warmup": 0, "calls": 1, "blocks": 1}, ("wall", "thread"))
+        for name, low, high in (("block_ms", 0, math.inf), ("quantile", 0, 1), ("target_pct", 0, math.inf)):
+            if not low < getattr(self, name) < high:
+                raise OFAError(f"protocol.{name}: expected a number in ({low}, {high}), got {getattr(self, name)!r}")
+        if not self.budget_s >= 0:
+            raise OFAError(f"protocol.budget_s: expected seconds >= 0, got {self.budget_s!r}")
+
+    @property
+    def repeats(self) -> int:
+        return self.blocks
+
+    def progress_total(self, models: int) -> int:
+        """What ``measure``'s progress counts to: blocks per model (median) or models done (quantile)."""
+        return models if self.estimator == "quantile" else self.blocks
+
+    def clock_name(self, device: str, threads: int) -> str:
+        return CLOCK_NAMES[self.clock]
+
+    def describe(self) -> str:
+        """The figure in a few words, for model cards and export summaries."""
+        if self.estimator == "median":
+            return f"median of {self.blocks} blocks"
+        return (
+            f"q{round(100 * self.quantile)} of at least {self.blocks} blocks of >= {self.block_ms:g} ms, "
+            f"95% interval within ±{self.target_pct:g}% or {self.budget_s:g} s per model"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"kind": self.kind, **asdict(self)}
+        if self.estimator == "median":  # the settings a median table has always stored, and nothing more
+            out = {k: out[k] for k in ("kind", "warmup", "calls", "blocks", "clock", "seed", "estimator")}
+        return {
+            **out,
+            "figure": ESTIMATORS[self.estimator],
+            "preempted_calls": "left out" if self.clock == "wall" else "kept",
+        }
+
+    def measure(self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None = None) -> dict[str, Stats]:
+        """Time every runner (see module doc); progress advances per round of blocks (median) or per model done."""
+        if self.estimator == "median":
+            return self._measure_median(runners, progress)
+        return self._measure_quantile(runners, progress)
+
+    def _measure_median(
+        self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None
+    ) -> dict[str, Stats]:
+        names = list(runners)
+        rng = np.random.default_rng(self.seed)
+        medians: dict[str, list[tuple[float, bool]]] = {name: [] for name in names}
+
+        def block(name: str) -> None:
+            runner = runners[name]
+            if self.warmup:
+                runner.times(self.warmup)
+            one_thread = runner.device == "cpu" and runner.threads == 1
+            medians[name].append(block_figure(*runner.times(self.calls), self.clock, one_thread))
+
+        for _ in range(self.blocks):
+            for i in rng.permutation(len(names)):
+                block(names[i])
+            if progress:
+                progress(1)
+        for _ in range(RETRY_PASSES):
+            short = [n for n in names if sum(counts for _, counts in medians[n]) < self.blocks]
+            for i in rng.permutation(len(short)):
+                block(short[i])
+        return {name: blocks_stats(m, self.blocks) for name, m in medians.items()}
+
+    def _block(self, runner: Runner, state: _Blocks) -> None:
+        """One time-sized block of ``runner``: warm-up, timed calls, figure; the next block's call count."""
+        steal = host_steal_ticks()
+        warm = min(self.warmup, max(1, state.calls // 4)) if self.warmup else 0
+        warm_ms = runner.times(warm)[0].sum() if warm else 0.0
+        wall, cpu = runner.times(state.calls)
+        stolen = host_steal_ticks() > steal
+        figure, counts = block_figure(wall, cpu, self.clock, runner.device == "cpu" and runner.threads == 1)
+        state.steal += bool(stolen and counts)
+        state.figures.append((figure, counts and not stolen))
+        state.seconds += (warm_ms + wall.sum()) / 1e3
+        state.calls = self._calls_per_block(figure)
+
+    def _calls_per_block(self, call_ms: float) -> int:
+        """Calls that last ``block_ms`` at ``call_ms`` each (at least ``calls``)."""
+        return int(min(MAX_CALLS_PER_BLOCK, max(self.calls, math.ceil(self.block_ms / max(call_ms, 1e-6)))))
+
+    def _done(self, state: _Blocks) -> bool:
+        kept = state.kept
+        attempts = len(state.figures)
+        if attempts >= MAX_BLOCKS:
+            return True
+        if len(kept) < self.blocks:  # blocks left out are timed again, within bounds
+            return attempts >= 4 * self.blocks and state.seconds >= self.budget_s / 4
+        if state.seconds >= self.budget_s:
+            return True  # out of time: what was kept stands, with its interval as the noise
+        return quantile_stats(kept, self.quantile)["ci_pct"] <= self.target_pct
+
+    def _measure_quantile(
+        self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None
+    ) -> dict[str, Stats]:
+        rng = np.random.default_rng(self.seed)
+        states = {name: _Blocks() for name in runners}
+        for name, runner in runners.items():  # size the first block from a few calls
+            wall = runner.times(max(1, min(self.warmup, 5)))[0]
+            states[name].calls = self._calls_per_block(float(np.median(wall)))
+        active = list(runners)
+        while active:
+            for i in rng.permutation(len(active)):
+                self._block(runners[active[i]], states[active[i]])
+            finished = [n for n in active if self._done(states[n])]
+            active = [n for n in active if n not in finished]
+            if progress and finished:
+                progress(len(finished))
+        return {name: self._stats(state) for name, state in states.items()}
+
+    def _stats(self, state: _Blocks) -> Stats:
+        kept = state.kept
+        if 2 * len(kept) >= self.blocks:
+            return {**quantile_stats(kept, self.quantile), "steal_blocks": state.steal}
+        everything = quantile_stats([f for f, _ in state.figures], self.quantile)  # mostly disturbed: no confidence
+        return {**everything, "ci_pct": 100.0, "spread_pct": 100.0, "steal_blocks": state.steal}
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    """The older interleaved-rounds protocol (see module doc), kept as an explicit option."""
+
+    warmup: int = 10  # untimed calls per model before the first round
+    rounds: int = 150  # shuffled, interleaved rounds; each yields one sample per model
+    prime: int = 1  # untimed calls right before each sample
+    calls: int = 2  # timed back-to-back calls per model per round, averaged into that round's sample
+    keep: float = 0.5  # share of rounds kept: the quietest by mean log-slowdown over all models
+    trim: float = 0.1  # share of the kept samples dropped at each end before averaging
+    clock: str = "auto"  # auto: thread CPU time for 1-thread CPU backends, else wall; or "wall" / "thread"
+    seed: int = 0  # order of the shuffled rounds
+    kind: ClassVar[str] = "interleaved-rounds"
+
+    def __post_init__(self) -> None:
+        _check_fields(self, {"warmup": 0, "rounds": 1, "prime": 0, "calls": 1}, ("auto", "wall", "thread"))
+        if not 0 <= self.trim < 0.5:
+            raise OFAError(f"protocol.trim: must be in [0, 0.5), got {self.trim!r}")
+        if not 0 < self.keep <= 1:
+            raise OFAError(f"protocol.keep: must be in (0, 1], got {self.keep!r}")
+
+    @property
+    def repeats(self) -> int:
+        return self.rounds
+
+    def progress_total(self, models: int) -> int:
+        """What ``measure``'s progress counts to: rounds."""
+        return self.rounds
+
+    def clock_name(self, device: str, threads: int) -> str:
+        """What ``clock="auto"`` resolves to: the thread's CPU time where the model runs in this thread alone."""
+        if self.clock == "auto":
+            return CLOCK_NAMES["thread" if device == "cpu" and threads == 1 else "wall"]
+        return CLOCK_NAMES[self.clock]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+    def measure(self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None = None) -> dict[str, Stats]:
+        """Warm every runner up, time all of them in ``rounds`` shuffled rounds, summarize."""
+        names = list(runners)
+        for name in names:
+            if self.warmup:
+                runners[name].times(self.warmup)
+        rng = np.random.default_rng(self.seed)
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(self.rounds):
+            for i in rng.permutation(len(names)):
+                runner = runners[names[i]]
+                column = 0 if self.clock_name(runner.device, runner.threads) == "wall" else 1
+                if self.prime:
+                    runner.times(self.prime)
+                samples[names[i]].append(float(runner.times(self.calls)[column].mean()))
+            if progress:
+                progress(1)
+        return summarize(samples, self)
+
+
+Protocol = Standalone | Interleaved
+PROTOCOLS: dict[str, type[Standalone] | type[Interleaved]] = {"standalone": Standalone, "interleaved": Interleaved}
+
+
+def protocol_from_dict(d: Any, source: str = "protocol") -> Protocol:
+    """The protocol a table's meta names (``kind``: standalone, or interleaved-rounds, which tables from
+    before the standalone protocol name or leave out)."""
+    if not isinstance(d, Mapping):
+        raise OFAError(f"{source}: expected a mapping")
+    kinds = {cls.kind: cls for cls in PROTOCOLS.values()}
+    cls = kinds.get(str(d.get("kind", Interleaved.kind)))
+    if cls is None:
+        raise OFAError(f"{source}.kind: {d.get('kind')!r} is not one of {list(kinds)}")
+    names = {f.name for f in fields(cls)}
+    settings = {k: v for k, v in d.items() if k in names}
+    if cls is Standalone:
+        settings.setdefault("estimator", "median")  # tables from before the quantile estimator name none
+    try:
+        return cls(**settings)
+    except OFAError as exc:
+        raise OFAError(f"{source}: {exc}") from None
+
+
+def with_overrides(
+    protocol: Protocol,
+    repeats: int | None = None,
+    warmup: int | None = None,
+    calls: int | None = None,
+    clock: str | None = None,
+    target_pct: float | None = None,
+    budget_s: float | None = None,
+) -> Protocol:
+    """``protocol`` with what a command line asks for (None: keep): repeats are blocks or rounds;
+    ``target_pct`` and ``budget_s`` are the standalone estimator's (an error for the interleaved protocol)."""
+    changes: dict[str, Any] = {
+        k: v for k, v in (("warmup", warmup), ("calls", calls), ("clock", clock)) if v is not None
+    }
+    for name, value in (("target_pct", target_pct), ("budget_s", budget_s)):
+        if value is not None:
+            if not isinstance(protocol, Standalone):
+                raise OFAError(f"protocol.{name}: the {protocol.kind} protocol has no such setting")
+            changes[name] = value
+    if repeats is not None:
+        changes["blocks" if isinstance(protocol, Standalone) else "rounds"] = repeats
+    return replace(protocol, **changes)
+
+
+def time_models(
+    runners: Mapping[str, Runner], protocol: Protocol, progress: Callable[[int], None] | None = None
+) -> dict[str, Stats]:
+    """Every runner timed with ``protocol``: name -> stats; progress advances per block or round."""
+    return protocol.measure(runners, progress)
+
+
+# --------------------------------------------------------------------------------- statistics
+def block_figure(wall_ms: np.ndarray, cpu_ms: np.ndarray, clock: str, one_thread: bool = True) -> tuple[float, bool]:
+    """A block's median call and whether the block counts: on the wall clock, over the calls not preempted.
+
+    A wall-clock block with fewer than ``MIN_CLEAN`` calls left gives its plain median and does not count.
+    Only a model running in the calling thread alone (``one_thread``) can be told preempted.
+    """
+    if clock == "thread":
+        return float(np.median(cpu_ms)), True
+    if not one_thread:
+        return float(np.median(wall_ms)), True
+    clean = wall_ms - cpu_ms <= np.maximum(PREEMPTED_SHARE * wall_ms, PREEMPTED_MIN_MS)
+    if clean.mean() < MIN_CLEAN:
+        return float(np.median(wall_ms)), False
+    return float(np.median(wall_ms[clean])), True
+
+
+def blocks_stats(blocks: Sequence[tuple[float, bool]], wanted: int) -> Stats:
+    """`repeat_stats` of the blocks that count; of all of them, with spread 100%, where under half the
+    ``wanted`` blocks count."""
+    kept = [figure for figure, counts in blocks if counts]
+    if 2 * len(kept) < wanted:
+        return {**repeat_stats([figure for figure, _ in blocks]), "spread_pct": 100.0}
+    return repeat_stats(kept)
+
+
+def repeat_stats(figures_ms: Sequence[float]) -> Stats:
+    """A model's figure from its repeated ones (block medians): median, std, count, and spread (IQR %)."""
+    x = np.asarray(figures_ms, dtype=np.float64)
+    mid = float(np.median(x))
+    q1, q3 = np.percentile(x, [25, 75])
+    return {
+        "mean_ms": mid,
+        "std_ms": float(x.std()),
+        "count": len(x),
+        "spread_pct": float(100 * (q3 - q1) / mid) if mid > 0 else 0.0,
+    }
+
+
+def quantile_stats(figures_ms: Sequence[float], q: float) -> Stats:
+    """The ``q`` quantile of a model's block medians and its 95% interval from order statistics.
+
+    The interval runs from the l-th to the u-th smallest block, l and u the binomial(n, q) quantiles
+    around n*q: it holds the true quantile with at least 95% probability whatever the blocks'
+    distribution, and it narrows as blocks are added (~1/sqrt(n)) even where their spread does not.
+    ``ci_pct`` is its half-width in % of the figure.
+    """
+    x = np.sort(np.asarray(figures_ms, dtype=np.float64))
+    n = len(x)
+    figure = float(np.quantile(x, q))
+    lo = int(binom.ppf((1 - CONFIDENCE) / 2, n, q))  # 0-based index of the l-th smallest
+    hi = min(n - 1, int(binom.ppf(1 - (1 - CONFIDENCE) / 2, n, q)))
+    low, high = float(x[max(0, lo - 1)]), float(x[hi])
+    base = repeat_stats(x)
+    return {
+        **base,
+        "mean_ms": figure,
+        "median_ms": base["mean_ms"],
+        "ci_low_ms": low,
+        "ci_high_ms": high,
+        "ci_pct": float(100 * (high - low) / 2 / figure) if figure > 0 else 0.0,
+    }
+
+
+def noise_pct(stats: Mapping[str, Stats], names: Sequence[str]) -> float:
+    """The measurement's noise: the widest interval (``ci_pct``, `NOISE_CRITERION`) among the models
+    ``names``; the block spread for timings without one (median estimator, interleaved rounds)."""
+    return max((float(stats[n].get("ci_pct", stats[n]["spread_pct"])) for n in names), default=0.0)
+
+
+def spread_pct(stats: Mapping[str, Stats], names: Sequence[str]) -> float:
+    """The host's burstiness: the largest block spread (interquartile range / median) among ``names``."""
+    return max((float(stats[n]["spread_pct"]) for n in names), default=0.0)
+
+
+def quiet_rounds(samples_ms: np.ndarray, keep: float) -> np.ndarray:
+    """Indices of the ``keep`` share of rounds (columns) with the lowest mean log-slowdown over models."""
+    rel = np.log(np.maximum(samples_ms, 1e-12) / np.median(samples_ms, axis=1, keepdims=True))
+    n = max(1, round(keep * samples_ms.shape[1]))
+    return np.sort(np.argsort(rel.mean(axis=0), kind="stable")[:n])
+
+
+def summarize(samples_ms: Mapping[str, Sequence[float]], protocol: Interleaved) -> dict[str, Stats]:
+    """Per-model interleaved stats over the quietest rounds; the spread is that of 5 consecutive chunks."""
+    names = list(samples_ms)
+    matrix = np.array([samples_ms[n] for n in names], dtype=np.float64)
+    kept = quiet_rounds(matrix, protocol.keep)
+    out = {}
+    for i, n in enumerate(names):
+        chunks = [c.mean() for c in np.array_split(matrix[i, kept], min(5, len(kept)))]
+        out[n] = {**trimmed_stats(matrix[i, kept], protocol.trim), "spread_pct": repeat_stats(chunks)["spread_pct"]}
+    return out
+
+
+def trimmed_stats(samples_ms: Sequence[float], trim: float) -> Stats:
+    """Mean and std after dropping the fastest and slowest ``trim`` share of the samples."""
+    x = np.sort(np.asarray(samples_ms, dtype=np.float64))
+    cut = int(len(x) * trim)
+    kept = x[cut : len(x) - cut] if len(x) - 2 * cut > 0 else x
+    return {"mean_ms": float(kept.mean()), "std_ms": float(kept.std()), "count": len(kept)}
+
+
+# --------------------------------------------------------------------------------- exported models
+@dataclass(frozen=True)
+class TimingConfig:
+    """Where and how ONNX models are timed: an onnxruntime backend, its threads, the protocol."""
+
+    backend: str = "ort-cpu"
+    threads: int = 1
+    protocol: Protocol = field(default_factory=Standalone)
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("ort-cpu", "ort-cuda"):
+            raise OFAError(f"measure_onnx needs an onnxruntime backend (ort-cpu or ort-cuda), got {self.backend!r}")
+        check_backend(self.backend)
+        if self.threads < 1:
+            raise OFAError(f"--threads must be positive, got {self.threads}")
+
+
+def measure_onnx(path: str | Path, input_shape: Sequence[int], cfg: TimingConfig | None = None) -> Stats:
+    """Latency of one exported model, standalone by default: ``{mean_ms, std_ms, count, spread_pct}``.
+
+    Raises `OFAError` for a missing file or a model that does not run.
+    """
+    return measure_onnx_many({"model": (path, input_shape)}, cfg)["model"]
+
+
+def measure_onnx_many(
+    models: Mapping[str, tuple[str | Path | bytes, Sequence[int]]],
+    cfg: TimingConfig | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Stats]:
+    """Time several ONNX models with one protocol (standalone: each on its own, blocks shuffled)."""
+    cfg = cfg or TimingConfig()
+    for name, (model, _) in models.items():
+        if isinstance(model, str | Path) and not Path(model).is_file():
+            raise OFAError(f"{model}: ONNX model not found ({name})")
+    device = backend_device(cfg.backend)
+    runners = {name: OrtRunner(model, shape, cfg.threads, device) for name, (model, shape) in models.items()}
+    return time_models(runners, cfg.protocol, progress)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Measured latency of one exported model (milliseconds per batch) and how it was measured."""
+
+    mean_ms: float  # the protocol's figure (standalone: the median of the block medians)
+    std_ms: float
+    batch: int
+    threads: int
+    samples: int  # blocks (standalone) or rounds kept (interleaved)
+    source: str  # which protocol, clock and backend
+
+
+def measure_latencies(
+    models: Mapping[str, onnx.ModelProto],
+    torch_model: nn.Module,
+    shape: tuple[int, ...],
+    table: LatencyTable | None = None,
+) -> dict[str, Latency]:
+    """Time the exported models as a user would: each on its own, warm, on the wall clock.
+
+    The table gives backend, threads and batch, and its settings where it was built standalone (an
+    interleaved table is still checked against the standalone figure its predictions are meant for).
+    Without a table: onnxruntime CPU, 1 thread, the default `Standalone`. A table measured with a torch
+    backend times the static PyTorch model as ``fp32`` (what it predicts) and the ONNX files on
+    onnxruntime CPU.
+    """
+    meta = table.meta if table is not None else {}
+    backend = str(meta.get("backend", "ort-cpu"))
+    threads = int(meta.get("threads", 1))
+    stored = protocol_from_dict(meta["protocol"], "table meta.protocol") if "protocol" in meta else None
+    protocol = stored if isinstance(stored, Standalone) else Standalone()
+    onnx_backend = backend if backend.startswith("ort") else "ort-cpu"
+
+    def source(on: str) -> str:
+        return f"standalone, {CLOCK_NAMES[protocol.clock]} clock, {protocol.describe()}, {on}"
+
+    runners, sources = {}, {}
+    for name, model in models.items():
+        key = name if backend.startswith("ort") else f"{name} (onnx)"
+        runners[key] = make_runner(onnx_backend, None, shape, threads, onnx_model=model.SerializeToString())
+        sources[key] = source(onnx_backend)
+    if not backend.startswith("ort"):
+        runners["fp32"] = make_runner(backend, torch_model, shape, threads)
+        sources["fp32"] = source(backend)
+    stats = time_models(runners, protocol)
+    return {
+        name: Latency(float(s["mean_ms"]), float(s["std_ms"]), shape[0], threads, int(s["count"]), sources[name])
+        for name, s in stats.items()
+    }

@@ -1,0 +1,1 @@
+"""Runtimes that time and run a model (ONNX Runtime, OpenVINO, ExecuTorch), and the ONNX conversion they share."""

@@ -1,0 +1,1 @@
+"""What every stage uses: config parsing, atomic file writes, errors, weight files, and where figures go."""

@@ -1,0 +1,1 @@
+"""The accuracy predictor: collecting measured subnets, fitting and loading the model."""

@@ -1,0 +1,341 @@
+"""Accuracy data for the predictor: measure random subnets of a trained supernet.
+
+Subnet ``i`` is drawn from (seed, i), so a run can be extended or resumed and every rank knows
+every subnet. Each subnet gets its BN statistics recalibrated on a fixed set of training images,
+then top-1 on the validation split (never the test split). One JSON line per subnet is appended
+as soon as it is measured; under torchrun rank r measures subnets i = r mod world_size into its
+own part file, and rank 0 merges the parts at the end. ``repeat_split`` measures on two disjoint
+halves of the validation split, to know how much of the ranking is measurement noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, Subset
+from tqdm import tqdm
+
+from ofa.data.datasets import DataBundle, LoaderOptions, data_from_meta, make_loader
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import GeneLayout, sample_arch
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.train.bn import recalibrate_bn
+from ofa.train.distributed import DistEnv, process_group
+from ofa.train.evaluate import evaluate
+from ofa.utils.errors import OFAError
+from ofa.utils.io import write_text
+
+FILE_KIND = "ofa-accuracy"
+RESUME_KEYS = ("fingerprint", "weights", "seed", "calib_batches", "batch_size", "repeat_split", "val_images")
+
+
+def subnet_arch(space: SearchSpace, seed: int, index: int) -> Arch:
+    """The ``index``-th random subnet of a collection seeded with ``seed``."""
+    return sample_arch(space, np.random.default_rng([seed, index]))
+
+
+def weights_digest(net: torch.nn.Module) -> str:
+    """Short hash of the supernet's parameters: a resumed collection must measure the same network.
+
+    BN running statistics are left out: every measurement recalibrates them.
+    """
+    h = hashlib.sha256()
+    for key, value in sorted(net.named_parameters()):
+        h.update(key.encode())
+        h.update(value.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def part_path(out: Path, rank: int) -> Path:
+    return out.with_name(f"{out.name}.rank{rank}.part")
+
+
+def _parts(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f"{out.name}.rank*.part"))
+
+
+def _read_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """Parsed JSON lines, and whether the file ends in a cut-off line (a crash mid-write), which is skipped."""
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise OFAError(f"{path}: not a JSON-lines accuracy file (binary content)") from None
+    lines = text.split("\n")
+    truncated = bool(lines[-1])
+    out = []
+    for no, line in enumerate(lines[:-1], 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            raise OFAError(f"{path}:{no}: not a JSON line") from None
+        if not isinstance(obj, dict):
+            raise OFAError(f"{path}:{no}: expected a JSON object")
+        out.append(obj)
+    return out, truncated
+
+
+def read_accuracy(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(header, records by index) of a collection file plus any unmerged part files next to it."""
+    path = Path(path)
+    if not path.is_file():
+        raise OFAError(f"{path}: accuracy file not found (make one with `ofa predictor collect`)")
+    lines, _ = _read_lines(path)
+    if not lines or lines[0].get("kind") != FILE_KIND:
+        raise OFAError(f"{path}: not an accuracy file from `ofa predictor collect` (no header line)")
+    header, records = lines[0], lines[1:]
+    for part in _parts(path):
+        records += _read_lines(part)[0]
+    by_index: dict[int, dict[str, Any]] = {}
+    for rec in records:
+        if not isinstance(rec.get("index"), int) or not isinstance(rec.get("arch"), dict) or "top1" not in rec:
+            raise OFAError(f"{path}: malformed record {json.dumps(rec)[:80]} (needs index, arch, top1)")
+        by_index.setdefault(rec["index"], rec)
+    return header, [by_index[i] for i in sorted(by_index)]
+
+
+@dataclass
+class AccuracyData:
+    """A collection as arrays: what `fit_predictor` consumes."""
+
+    space: SearchSpace
+    rows: np.ndarray
+    top1: np.ndarray
+    halves: tuple[np.ndarray, np.ndarray] | None
+    header: dict[str, Any]
+
+
+def load_accuracy(path: str | Path) -> AccuracyData:
+    header, records = read_accuracy(path)
+    space = SearchSpace.from_dict(header.get("space") or {}, f"{path}: header.space")
+    rows = GeneLayout.of(space).encode_many(
+        [
+            space.validate(Arch.from_dict(r["arch"], f"{path}: subnet {r['index']}"), f"{path}: subnet {r['index']}")
+            for r in records
+        ]
+    )
+    keys = ("top1", "top1_a", "top1_b") if header.get("repeat_split") else ("top1",)
+    values = np.zeros((len(keys), len(records)))
+    for j, rec in enumerate(records):
+        for k, key in enumerate(keys):
+            try:
+                values[k, j] = float(rec[key])
+            except (KeyError, TypeError, ValueError):
+                raise OFAError(f"{path}: subnet {rec['index']}: {key!r} missing or not a number") from None
+    halves = (values[1], values[2]) if len(keys) == 3 else None
+    return AccuracyData(space, rows, values[0], halves, header)
+
+
+def merge_parts(out: str | Path) -> int:
+    """Fold rank part files into ``out`` (sorted by index, atomically), then remove them; returns the count."""
+    out = Path(out)
+    parts = _parts(out)
+    header, records = read_accuracy(out)
+    if parts or _read_lines(out)[1]:
+        write_text(out, "".join(json.dumps(r) + "\n" for r in [header, *records]))
+        for part in parts:
+            part.unlink(missing_ok=True)
+    return len(records)
+
+
+def _repair(path: Path) -> None:
+    """Drop a cut-off last line so appends start on a fresh line (complete lines are kept)."""
+    if path.is_file() and _read_lines(path)[1]:
+        text = path.read_text()
+        write_text(path, text[: text.rfind("\n") + 1])
+
+
+def _append(path: Path, obj: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def split_halves(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two disjoint halves of ``range(n)`` (seeded), each sorted."""
+    perm = np.random.default_rng([seed, n]).permutation(n)
+    return np.sort(perm[: n // 2]), np.sort(perm[n // 2 :])
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """Settings of a collection: ``n`` subnets drawn from ``seed``, each recalibrated on the same
+    ``calib_batches x batch_size`` training images, then measured on the validation split (or
+    its two halves, ``repeat_split``). ``supernet`` is the label recorded in the file's header."""
+
+    n: int
+    seed: int = 0
+    calib_batches: int = 20
+    batch_size: int = 100
+    repeat_split: bool = False
+    num_workers: int = 0
+    progress: bool = True
+    supernet: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("n", "calib_batches", "batch_size"):
+            if getattr(self, name) <= 0:
+                raise OFAError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.num_workers < 0:
+            raise OFAError(f"--workers must be >= 0, got {self.num_workers}")
+
+
+@dataclass(frozen=True)
+class CollectResult:
+    """What one process did: ``measured`` subnets into ``out``, which then holds ``total`` (rank 0;
+    None on the other ranks, which do not wait for the merge)."""
+
+    out: Path
+    measured: int
+    total: int | None
+    rank: int
+    world_size: int
+
+
+def collect(
+    net: OFAMobileNetV3, data: DataBundle, out: str | Path, cfg: CollectConfig, env: DistEnv | None = None
+) -> CollectResult:
+    """Measure subnets ``0..n-1`` of ``net`` not yet in ``out`` (``env``: this process's rank and device).
+
+    ``data.train`` feeds BN recalibration (the same seeded images for every subnet), ``data.val``
+    is the held-out split. Raises `OFAError` when the validation split is too small, or when
+    ``out`` exists but is not an accuracy file of the same supernet weights and settings.
+    """
+    env = env or DistEnv.single_process()
+    if len(data.val) < (2 if cfg.repeat_split else 1):
+        raise OFAError(f"the validation split has {len(data.val)} images: too few to measure subnets")
+    out, space = Path(out), net.space
+    calib_ids = np.random.default_rng(cfg.seed).permutation(len(data.train))[: cfg.calib_batches * cfg.batch_size]
+    header = {
+        "kind": FILE_KIND,
+        "space": space.to_dict(),
+        "fingerprint": space.fingerprint(),
+        "weights": weights_digest(net),
+        "supernet": str(cfg.supernet),
+        "seed": cfg.seed,
+        "calib_batches": cfg.calib_batches,
+        "batch_size": cfg.batch_size,
+        "calib_images": len(calib_ids),
+        "val_images": len(data.val),
+        "repeat_split": cfg.repeat_split,
+    }
+    _open_output(out, header, env.rank)
+    sink = out if env.world_size == 1 else part_path(out, env.rank)
+    _repair(sink)
+    done = {r["index"] for r in read_accuracy(out)[1]} if out.is_file() else set()
+    todo = [i for i in range(cfg.n) if i % env.world_size == env.rank and i not in done]
+
+    def loader(ds: Dataset) -> DataLoader:
+        return make_loader(
+            ds, cfg.batch_size, shuffle=False, seed=cfg.seed, options=LoaderOptions(num_workers=cfg.num_workers)
+        )
+
+    calib = loader(Subset(data.train, calib_ids.tolist()))
+    if cfg.repeat_split:
+        evals = [loader(Subset(data.val, h.tolist())) for h in split_halves(len(data.val), cfg.seed)]
+    else:
+        evals = [loader(data.val)]
+    net.to(env.device).eval()
+    for i in tqdm(
+        todo,
+        desc=f"collect (rank {env.rank})" if env.distributed else "collect",
+        unit="subnet",
+        disable=not cfg.progress or not env.is_main,
+    ):
+        _append(sink, _measure(net, subnet_arch(space, cfg.seed, i), i, calib, evals, cfg, env.device))
+    total = _finish(out, env.rank, env.world_size)
+    return CollectResult(out, len(todo), total, env.rank, env.world_size)
+
+
+def _open_output(out: Path, header: dict[str, Any], rank: int) -> None:
+    """Start ``out`` with ``header`` (rank 0), or check that the collection there is this one."""
+    if out.is_file():
+        old = _read_lines(out)[0][:1]
+        if not old or old[0].get("kind") != FILE_KIND:
+            raise OFAError(f"{out}: exists and is not an accuracy file; choose another --out")
+        for key in RESUME_KEYS:
+            if old[0].get(key) != header[key]:
+                raise OFAError(
+                    f"{out}: was collected with {key}={old[0].get(key)!r}, this run has "
+                    f"{header[key]!r}; resume with the same supernet and settings or choose another --out"
+                )
+    elif rank == 0:
+        write_text(out, json.dumps(header) + "\n")
+
+
+def _measure(
+    net: OFAMobileNetV3,
+    arch: Arch,
+    index: int,
+    calib: DataLoader,
+    evals: list[DataLoader],
+    cfg: CollectConfig,
+    device: torch.device,
+) -> dict[str, Any]:
+    """One subnet's record: BN recalibrated on ``calib``, then top-1/loss over ``evals`` (and per half)."""
+    space = net.space
+    net.set_active(arch)
+    recalibrate_bn(net, calib, cfg.calib_batches, device=device, resolution=arch.resolution)
+    results = [evaluate(net, ev, arch.resolution, device=device) for ev in evals]
+    count = sum(r["count"] for r in results)
+    rec = {
+        "index": index,
+        "arch": arch.to_dict(),
+        "top1": sum(r["top1"] * r["count"] for r in results) / count,
+        "loss": sum(r["loss"] * r["count"] for r in results) / count,
+        "count": count,
+        "macs": space.macs(arch),
+        "params": space.params(arch),
+    }
+    if cfg.repeat_split:
+        rec.update(
+            top1_a=results[0]["top1"],
+            top1_b=results[1]["top1"],
+            count_a=results[0]["count"],
+            count_b=results[1]["count"],
+        )
+    return rec
+
+
+def _finish(out: Path, rank: int, world_size: int) -> int | None:
+    """Wait for every rank, then rank 0 merges the part files; returns the merged count on rank 0."""
+    if world_size > 1 and dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    return merge_parts(out) if rank == 0 else None
+
+
+def collect_from_checkpoint(
+    checkpoint: str | Path, cfg: CollectConfig, out: str | Path | None = None, device: str = "auto"
+) -> CollectResult:
+    """`collect` for a supernet file or training checkpoint, on the data it was trained on.
+
+    ``out`` defaults to ``acc.jsonl`` next to the checkpoint; ``device`` is ``auto`` (this rank's
+    GPU if any), ``cpu``, ``cuda`` or ``cuda:N``. Under ``torchrun`` the subnets are shared across
+    ranks (rank 0 merges at the end; collectives wait up to a day for the slowest rank). Raises
+    `OFAError` for an unknown device, a file that is no supernet, a supernet without recorded data
+    or validation split, and the errors of `collect`.
+    """
+    with process_group(device, timeout=timedelta(hours=24), where="--device") as env:
+        net = OFAMobileNetV3.load(checkpoint)
+        if not net.meta.get("data"):
+            raise OFAError(
+                f"{checkpoint}: records no data section, so its validation split is unknown (train it with `ofa train`)"
+            )
+        data = data_from_meta(net.meta)
+        if data.val is None or len(data.val) == 0:
+            raise OFAError(f"{checkpoint}: its data has no validation split to measure subnets on")
+        out = Path(out) if out else Path(checkpoint).parent / "acc.jsonl"
+        return collect(net, data, out, dataclasses.replace(cfg, supernet=str(checkpoint)), env)

@@ -1,0 +1,265 @@
+"""Fitting the accuracy predictor on collected subnet accuracies, with honest figures.
+
+The measured subnets are cut into three disjoint, seeded splits: one to fit the weights, one to stop
+early on, and one that only the report sees. Reporting the early-stopping split would flatter the
+predictor (its best epoch was chosen on it), so RMSE and Kendall tau come from the test split, and the
+measurement's own test-retest tau is taken on those same test subnets.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from torch import nn
+from tqdm import tqdm
+
+from ofa.utils.errors import OFAError
+from ofa.utils.io import atomic_write, write_text
+from search.predictor.collect import AccuracyData, load_accuracy
+from search.predictor.model import AccuracyPredictor, kendall_tau
+
+MIN_SUBNETS = 10
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """How to fit: split fractions, MLP size (OFA's 3 x 400 by default) and Adam settings."""
+
+    test_fraction: float = 0.2  # reported, never used to fit or to stop
+    stop_fraction: float = 0.15  # early stopping
+    seed: int = 0
+    hidden: int = 400
+    layers: int = 3
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    batch_size: int = 256
+    max_epochs: int = 1000
+    patience: int = 50
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "layers", "max_epochs", "patience", "lr", "batch_size"):
+            if not getattr(self, name) > 0:
+                raise OFAError(f"--{_flag(name)} must be positive, got {getattr(self, name)}")
+        if self.weight_decay < 0:
+            raise OFAError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+        for name in ("test_fraction", "stop_fraction"):
+            if not 0 < getattr(self, name) < 1:
+                raise OFAError(f"--{_flag(name)} must be between 0 and 1, got {getattr(self, name)}")
+        if self.test_fraction + self.stop_fraction >= 0.9:
+            raise OFAError(
+                f"--test-fraction + --stop-fraction must leave at least 10% to fit, got "
+                f"{self.test_fraction} + {self.stop_fraction}"
+            )
+
+
+def _flag(name: str) -> str:
+    return {"max_epochs": "epochs"}.get(name, name).replace("_", "-")
+
+
+@dataclass
+class Splits:
+    """Indices of the three disjoint splits of the measured subnets."""
+
+    fit: np.ndarray
+    stop: np.ndarray
+    test: np.ndarray
+
+    @classmethod
+    def draw(cls, n: int, cfg: FitConfig) -> Splits:
+        n_test, n_stop = round(cfg.test_fraction * n), round(cfg.stop_fraction * n)
+        if n < MIN_SUBNETS or min(n_test, n_stop, n - n_test - n_stop) < 2:
+            raise OFAError(
+                f"need at least {MIN_SUBNETS} measured subnets to fit, stop early on "
+                f"{cfg.stop_fraction:.0%} and test on {cfg.test_fraction:.0%}, got {n}"
+            )
+        perm = np.random.default_rng(cfg.seed).permutation(n)
+        return cls(fit=perm[n_test + n_stop :], stop=perm[n_test : n_test + n_stop], test=perm[:n_test])
+
+
+@dataclass
+class FitReport:
+    """What the fitted predictor scores on the test split (never used for weights or stopping)."""
+
+    train_size: int
+    stop_size: int
+    test_size: int
+    epochs: int
+    best_epoch: int
+    rmse: float
+    tau: float
+    spread: float  # std of the measured test accuracies: an RMSE well below it is informative
+    stop_rmse: float  # on the early-stopping split, at the kept epoch (optimistic by construction)
+    retest_tau: float | None = None  # tau between the two validation halves, same test subnets
+    retest_tau_all: float | None = None  # same, over every collected subnet
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        text = (
+            f"test split ({self.test_size} subnets): RMSE {self.rmse:.3f} pts (spread {self.spread:.3f}), "
+            f"Kendall tau {self.tau:.3f}"
+        )
+        if self.retest_tau is not None:
+            text += (
+                f"; test-retest tau of the two validation halves {self.retest_tau:.3f} "
+                f"(all {self.retest_tau_all:.3f}), "
+            )
+            text += (
+                f"predictor/retest {self.tau / self.retest_tau:.2f}"
+                if self.retest_tau > 0
+                else "so the measured ranking is mostly noise (a harder task or a larger validation split helps)"
+            )
+        return text
+
+
+@dataclass
+class FitResult:
+    """The predictor, its report, the per-epoch curve and the test split's arrays (for the plot)."""
+
+    predictor: AccuracyPredictor
+    report: FitReport
+    curve: list[dict[str, float]] = field(default_factory=list)
+    test: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _rmse(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((a - b) ** 2)))
+
+
+def _train(
+    model: AccuracyPredictor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    stop: tuple[np.ndarray, np.ndarray],
+    cfg: FitConfig,
+    on_epoch: Callable[[dict[str, float]], None],
+) -> tuple[int, int, float]:
+    """Adam on MSE of standardised accuracy until the stop split's RMSE has not improved for
+    ``patience`` epochs; keeps the best epoch's weights. Returns (epochs run, best epoch, its RMSE)."""
+    stop_rows, stop_top1 = stop
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    best = (float("inf"), 0, {k: v.clone() for k, v in model.state_dict().items()})
+    epoch = 0
+    for epoch in range(1, cfg.max_epochs + 1):
+        model.train()
+        total = 0.0
+        for idx in torch.randperm(len(y), generator=gen).split(cfg.batch_size):
+            loss = nn.functional.mse_loss(model(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        model.eval()
+        rmse = _rmse(model.predict_batch(stop_rows), stop_top1)
+        on_epoch(
+            {"epoch": epoch, "train_rmse": float(np.sqrt(total / len(y))) * float(model.target_std), "stop_rmse": rmse}
+        )
+        if rmse < best[0]:
+            best = (rmse, epoch, {k: v.clone() for k, v in model.state_dict().items()})
+        elif epoch - best[1] >= cfg.patience:
+            break
+    model.load_state_dict(best[2])
+    model.eval()
+    return epoch, best[1], best[0]
+
+
+def fit_predictor(
+    data: AccuracyData, cfg: FitConfig, on_epoch: Callable[[dict[str, float]], None] | None = None
+) -> FitResult:
+    """Fit the MLP predictor of ``data.space`` on ``data``'s fit split and report its test split.
+
+    Raises ``OFAError`` when there are too few subnets for three splits of at least two each.
+    """
+    rows, top1 = np.asarray(data.rows, dtype=np.int64), np.asarray(data.top1, dtype=np.float64)
+    splits = Splits.draw(len(top1), cfg)
+    fit = splits.fit
+    mean, std = float(top1[fit].mean()), float(top1[fit].std()) or 1.0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = AccuracyPredictor(data.space, cfg.hidden, cfg.layers, mean, std)
+    x = torch.from_numpy(model.encoder.encode_rows(rows[fit]))
+    y = torch.from_numpy(((top1[fit] - mean) / std).astype(np.float32))
+    curve: list[dict[str, float]] = []
+
+    def record(m: dict[str, float]) -> None:
+        curve.append(m)
+        if on_epoch is not None:
+            on_epoch(m)
+
+    epochs, best_epoch, stop_rmse = _train(model, x, y, (rows[splits.stop], top1[splits.stop]), cfg, record)
+    test = splits.test
+    pred = model.predict_batch(rows[test])
+    report = FitReport(
+        train_size=len(fit),
+        stop_size=len(splits.stop),
+        test_size=len(test),
+        epochs=epochs,
+        best_epoch=best_epoch,
+        rmse=_rmse(pred, top1[test]),
+        tau=kendall_tau(pred, top1[test]),
+        spread=float(top1[test].std()),
+        stop_rmse=stop_rmse,
+    )
+    if data.halves is not None:
+        a, b = (np.asarray(v, dtype=np.float64) for v in data.halves)
+        report.retest_tau = kendall_tau(a[test], b[test])
+        report.retest_tau_all = kendall_tau(a, b)
+    model.metrics = report.to_dict()
+    return FitResult(model, report, curve, {"rows": rows[test], "measured": top1[test], "predicted": pred})
+
+
+def fit_predictor_file(accuracy: str | Path, out: str | Path | None, cfg: FitConfig) -> tuple[FitResult, Path]:
+    """`ofa predictor fit`: fit on a collection file, write the predictor, its curve (JSONL) and plot (PNG)."""
+    data = load_accuracy(accuracy)
+    out = Path(out) if out else Path(accuracy).parent / "predictor.pt"
+    with tqdm(total=cfg.max_epochs, desc="fit", unit="epoch", file=sys.stderr) as bar:
+
+        def tick(m: dict[str, float]) -> None:
+            bar.update()
+            bar.set_postfix(stop_rmse=f"{m['stop_rmse']:.3f}")
+
+        result = fit_predictor(data, cfg, on_epoch=tick)
+    result.predictor.metrics["source"] = str(accuracy)
+    result.predictor.save(out)
+    stem = out.with_suffix("")
+    write_text(f"{stem}.fit.jsonl", "".join(json.dumps(m) + "\n" for m in result.curve))
+    plot_fit(result, f"{stem}.fit.png")
+    return result, out
+
+
+def plot_fit(result: FitResult, path: str | Path) -> Path:
+    """PNG: predicted vs measured top-1 on the test split, and the RMSE curves of the fit."""
+    report, curve, test = result.report, result.curve, result.test
+    fig = Figure(figsize=(11, 4.5))
+    ax, cx = fig.subplots(1, 2)
+    measured, predicted = test["measured"], test["predicted"]
+    ax.scatter(measured, predicted, s=8, alpha=0.7)
+    lo, hi = float(min(measured.min(), predicted.min())), float(max(measured.max(), predicted.max()))
+    ax.plot([lo, hi], [lo, hi], color="k", lw=0.8)
+    ax.set_xlabel("measured top-1 (%)")
+    ax.set_ylabel("predicted top-1 (%)")
+    ax.set_title(
+        f"test split: RMSE {report.rmse:.3f}, Kendall tau {report.tau:.3f}"
+        + (f" (retest {report.retest_tau:.3f})" if report.retest_tau is not None else ""),
+        fontsize=10,
+    )
+    epochs = [m["epoch"] for m in curve]
+    cx.plot(epochs, [m["train_rmse"] for m in curve], label="fit split")
+    cx.plot(epochs, [m["stop_rmse"] for m in curve], label="early-stop split")
+    cx.axvline(report.best_epoch, color="k", ls=":", lw=0.8, label="kept")
+    cx.set_xlabel("epoch")
+    cx.set_ylabel("RMSE (top-1 points)")
+    cx.set_yscale("log")
+    cx.legend()
+    fig.tight_layout()
+    return atomic_write(path, lambda p: fig.savefig(p, dpi=110, format="png"))

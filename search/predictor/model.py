@@ -1,0 +1,127 @@
+"""Accuracy predictor: an MLP on the paper's arch encoding, so the search never runs the supernet.
+
+The features are OFA's MobileNetArchEncoder (``ofa.families.mbv3.encoding.ArchEncoder``) of integer gene rows,
+so a whole population is scored with one batched call. A predictor file stores its space, so it
+refuses any other space.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.stats import kendalltau
+from torch import nn
+
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import ArchEncoder
+from ofa.families.mbv3.space import SearchSpace
+from ofa.utils.errors import OFAError
+from ofa.utils.io import load_torch, save_torch
+
+PREDICTOR_FORMAT = "ofa-predictor"
+SMALL_BATCH = 1024  # rows predicted on one thread
+
+
+class AccuracyPredictor(nn.Module):
+    """MLP (hidden ReLU layers, as OFA's 3 x 400) from the encoding to top-1 accuracy in percent."""
+
+    def __init__(
+        self, space: SearchSpace, hidden: int = 400, layers: int = 3, target_mean: float = 0.0, target_std: float = 1.0
+    ) -> None:
+        super().__init__()
+        self.space, self.encoder = space, ArchEncoder(space)
+        self.hidden, self.layers = hidden, layers
+        dims = [self.encoder.dim] + [hidden] * layers
+        mods: list[nn.Module] = []
+        for a, b in itertools.pairwise(dims):
+            mods += [nn.Linear(a, b), nn.ReLU()]
+        self.mlp = nn.Sequential(*mods, nn.Linear(dims[-1], 1))
+        self.register_buffer("target_mean", torch.tensor(float(target_mean)))
+        self.register_buffer("target_std", torch.tensor(float(target_std)))
+        self.metrics: dict[str, Any] = {}
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """Normalised output; ``predict_*`` map it back to percent."""
+        return self.mlp(features).squeeze(-1)
+
+    @torch.inference_mode()
+    def predict_batch(self, rows: np.ndarray) -> np.ndarray:
+        """Predicted top-1 (percent) of a population of gene rows: one batched call.
+
+        A search population is small: one thread is faster than waking a pool for each layer.
+        """
+        x = torch.from_numpy(self.encoder.encode_rows(rows))
+        threads = torch.get_num_threads()
+        if len(x) <= SMALL_BATCH:
+            torch.set_num_threads(1)
+        try:
+            return (self(x) * self.target_std + self.target_mean).double().numpy()
+        finally:
+            torch.set_num_threads(threads)
+
+    def predict_archs(self, archs: Sequence[Arch]) -> np.ndarray:
+        return self.predict_batch(self.encoder.layout.encode_many(list(archs)))
+
+    def predict(self, arch: Arch) -> float:
+        return float(self.predict_archs([arch])[0])
+
+    def check_space(self, space: SearchSpace, what: str) -> None:
+        """Refuse to score archs of another space (the encoding would silently mean something else)."""
+        if space.fingerprint() != self.space.fingerprint():
+            raise OFAError(
+                f"the predictor was fitted on space {self.space.fingerprint()}, but {what} has space "
+                f"{space.fingerprint()}: collect and fit a predictor for this supernet"
+            )
+
+    def save(self, path: str | Path) -> Path:
+        return save_torch(
+            path,
+            {
+                "format": PREDICTOR_FORMAT,
+                "space": self.space.to_dict(),
+                "fingerprint": self.space.fingerprint(),
+                "hidden": self.hidden,
+                "layers": self.layers,
+                "state_dict": self.state_dict(),
+                "metrics": json.loads(json.dumps(self.metrics)),
+            },
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> AccuracyPredictor:
+        obj = load_torch(path, "accuracy predictor")
+        if obj.get("format") != PREDICTOR_FORMAT:
+            raise OFAError(
+                f"{path}: not an accuracy predictor (format={obj.get('format')!r}); make one with `ofa predictor fit`"
+            )
+        missing = [k for k in ("space", "hidden", "layers", "state_dict") if k not in obj]
+        if missing:
+            raise OFAError(
+                f"{path}: accuracy predictor file lacks {missing[0]!r} (damaged or hand-made); "
+                "fit it again with `ofa predictor fit`"
+            )
+        space = SearchSpace.from_dict(obj["space"], f"{path}:space")
+        if space.fingerprint() != obj.get("fingerprint"):
+            raise OFAError(f"{path}: stored space does not match its fingerprint (file edited or corrupted)")
+        net = cls(space, int(obj["hidden"]), int(obj["layers"]))
+        try:
+            net.load_state_dict(obj["state_dict"])
+        except (RuntimeError, KeyError) as exc:
+            raise OFAError(
+                f"{path}: weights do not fit the stored predictor shape: {str(exc).splitlines()[0]}"
+            ) from None
+        net.metrics = dict(obj.get("metrics") or {})
+        return net.eval()
+
+
+def kendall_tau(a: np.ndarray, b: np.ndarray) -> float:
+    """Rank agreement in [-1, 1] (tau-b, ties allowed); nan for fewer than two points."""
+    if len(a) < 2:
+        return float("nan")
+    return float(kendalltau(a, b).statistic)
