@@ -41,7 +41,8 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
-from ofa.data.datasets import make_loader, missing_dataset, set_loader_epoch
+from ofa.data.config import missing_dataset
+from ofa.data.loaders import make_loader, set_loader_epoch
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.critical_batch import TradeoffFit, fit_tradeoff
 from ofa.train.distributed import DistEnv, process_group

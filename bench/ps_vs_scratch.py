@@ -41,14 +41,9 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ofa.data.datasets import (  # noqa: E402
-    DataBundle,
-    LoaderOptions,
-    build_data,
-    make_loader,
-    missing_dataset,
-    set_loader_epoch,
-)
+from ofa.data.config import missing_dataset  # noqa: E402
+from ofa.data.datasets import DataBundle, build_data  # noqa: E402
+from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch  # noqa: E402
 from ofa.families.mbv3.arch import Arch  # noqa: E402
 from ofa.families.mbv3.encoding import sample_arch  # noqa: E402
 from ofa.families.mbv3.space import SearchSpace  # noqa: E402

@@ -9,7 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
-from ofa.data.datasets import DataConfig, LoaderOptions, build_data, data_from_meta, make_loader, set_loader_epoch
+from ofa.data.config import DataConfig
+from ofa.data.datasets import build_data, data_from_meta
+from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch
 from ofa.utils.errors import OFAError
 
 

@@ -16,7 +16,7 @@ from torch.utils.data import TensorDataset
 
 from ofa import OFAMobileNetV3, load_subnet, recalibrate_bn
 from ofa.cli import main
-from ofa.data.datasets import make_loader
+from ofa.data.loaders import make_loader
 from ofa.export.export import ExportConfig, export_subnet
 from ofa.export.verify import PARITY_ATOL, ParityError
 from ofa.families.mbv3.encoding import sample_arch

@@ -25,23 +25,9 @@ from ofa.lut import timing
 from ofa.lut.build import TableBuildConfig, build_table, calibration_archs, fit_correction
 from ofa.lut.check import CheckConfig, check_table
 from ofa.lut.layer_models import LayerModules, input_shape, layer_specs
-from ofa.lut.timing import (
-    Interleaved,
-    Standalone,
-    TimingConfig,
-    block_figure,
-    measure_latencies,
-    measure_onnx,
-    noise_pct,
-    protocol_from_dict,
-    quantile_stats,
-    quiet_rounds,
-    repeat_stats,
-    summarize,
-    time_models,
-    trimmed_stats,
-    with_overrides,
-)
+from ofa.lut.measure import TimingConfig, measure_latencies, measure_onnx
+from ofa.lut.stats import block_figure, noise_pct, quantile_stats, quiet_rounds, repeat_stats, trimmed_stats
+from ofa.lut.timing import Interleaved, Standalone, protocol_from_dict, summarize, time_models, with_overrides
 from ofa.runtime.convert import export_onnx
 from ofa.runtime.runtimes import Runner
 from ofa.utils.errors import OFAError

@@ -14,67 +14,27 @@ over several processes, sees exactly the images an uninterrupted single-process 
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torchvision.datasets as tvd
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
-from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 from torchvision.transforms import v2
 
-from ofa.data.idx import FASHION_MNIST_CLASSES, FASHION_MNIST_ROOT, load_split, missing_fashion_mnist
-from ofa.utils.config import ConfigError, parse_section, section_to_dict
+from ofa.data.config import TENSOR_NAMES, DataConfig, parse_data_config, torchvision_class
+from ofa.data.idx import FASHION_MNIST_CLASSES, load_split
+from ofa.utils.config import ConfigError
 from ofa.utils.errors import OFAError
 
-BUILTIN_NAMES = ("digits", "fashion_mnist", "synthetic", "imagefolder")
-TENSOR_NAMES = ("digits", "fashion_mnist", "synthetic")  # held in memory as tensors at image_size
 STATS_SAMPLES = 1000  # images used to estimate mean/std when the recipe does not give them
-
-
-@dataclass(frozen=True)
-class SyntheticConfig:
-    """Class prototypes (smooth random patterns) plus Gaussian noise: learnable in a few steps."""
-
-    train_size: int = 512
-    test_size: int = 256
-    num_classes: int = 4
-    channels: int = 1
-    noise: float = 0.35
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """The recipe's ``data:`` section."""
-
-    name: str = "digits"
-    root: str | None = None
-    image_size: int = 16
-    batch_size: int = 64
-    eval_batch_size: int = 256
-    num_workers: int = 0
-    val_fraction: float = 0.1
-    test_fraction: float = 0.2
-    train_subset: int | None = None  # seeded stratified subset of the train split (before validation)
-    test_subset: int | None = None  # seeded stratified subset of the test split
-    train_split: str = "train"
-    test_split: str | None = "test"
-    augment: Literal["none", "light", "crop_flip", "inception"] = "light"
-    seed: int = 0
-    mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = None
-    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
-
-    def to_dict(self) -> dict[str, Any]:
-        return section_to_dict(self)
 
 
 @dataclass
@@ -103,83 +63,6 @@ class DataBundle:
 
 
 # --------------------------------------------------------------------------------------- config
-def parse_data_config(value: Any, where: str = "data") -> DataConfig:
-    """Validate a ``data:`` mapping (types, ranges, dataset name, data root on disk)."""
-    if isinstance(value, DataConfig):
-        return value
-    cfg = parse_section(DataConfig, value, where)
-
-    def fail(key: str, msg: str) -> None:
-        raise ConfigError(f"{where}.{key}: {msg}")
-
-    for key in ("image_size", "batch_size", "eval_batch_size"):
-        if getattr(cfg, key) < 1:
-            fail(key, f"must be positive, got {getattr(cfg, key)}")
-    if cfg.num_workers < 0:
-        fail("num_workers", f"must be >= 0, got {cfg.num_workers}")
-    if not 0 < cfg.val_fraction < 1:
-        fail("val_fraction", f"must be in (0, 1), got {cfg.val_fraction}")
-    if not 0 < cfg.test_fraction < 1:
-        fail("test_fraction", f"must be in (0, 1), got {cfg.test_fraction}")
-    if (cfg.mean is None) != (cfg.std is None) or (cfg.mean is not None and len(cfg.mean) != len(cfg.std)):
-        fail("std", "mean and std must be given together, with one value per channel")
-    if cfg.std is not None and min(cfg.std) <= 0:
-        fail("std", f"must be positive, got {list(cfg.std)}")
-    for key in ("train_subset", "test_subset"):
-        if getattr(cfg, key) is not None and getattr(cfg, key) < 2:
-            fail(key, f"must be >= 2 images or null (the whole split), got {getattr(cfg, key)}")
-    syn = cfg.synthetic
-    for key in ("train_size", "test_size", "num_classes", "channels"):
-        if getattr(syn, key) < 1:
-            fail(f"synthetic.{key}", f"must be positive, got {getattr(syn, key)}")
-    if cfg.name in ("digits", "synthetic"):
-        return cfg
-    if cfg.name == "fashion_mnist":
-        root = _fashion_mnist_root(cfg.root)
-        problem = missing_fashion_mnist(root)
-        if problem:
-            fail("root", problem)
-        return dataclasses.replace(cfg, root=str(root))
-    if cfg.name != "imagefolder" and _torchvision_class(cfg.name) is None:
-        fail("name", f"{cfg.name!r} is not digits, synthetic, imagefolder or a torchvision dataset")
-    if not cfg.root:
-        fail("root", f"required for dataset {cfg.name!r} (a folder on this machine; nothing is downloaded)")
-    root = Path(os.path.expanduser(cfg.root)).absolute()
-    if not root.is_dir():
-        fail("root", f"{root} does not exist")
-    if cfg.name == "imagefolder":
-        for key in ("train_split", "test_split"):
-            sub = getattr(cfg, key)
-            if sub is not None and not (root / sub).is_dir():
-                hint = "; or null to carve it from the training images" if key == "test_split" else ""
-                fail(key, f"{root / sub} does not exist (class folders go under ROOT/{sub}/{hint})")
-    return dataclasses.replace(cfg, root=str(root))
-
-
-def missing_dataset(data: Mapping[str, Any]) -> str | None:
-    """Why the files of a raw ``data:`` section are not on this machine (one line), or None.
-
-    For benchmarks that skip a recipe whose data is absent rather than fail on it.
-    """
-    if data.get("name") == "fashion_mnist":
-        return missing_fashion_mnist(_fashion_mnist_root(data.get("root")))
-    return None
-
-
-def _fashion_mnist_root(root: str | None) -> Path:
-    """The folder a recipe's Fashion-MNIST ``root`` names (the Debian package's when null)."""
-    return Path(os.path.expanduser(root or FASHION_MNIST_ROOT)).absolute()
-
-
-def _torchvision_class(name: str) -> type | None:
-    for attr in dir(tvd):
-        obj = getattr(tvd, attr)
-        if attr.lower() == name.lower() and isinstance(obj, type) and issubclass(obj, tvd.VisionDataset):
-            return obj
-    return None
-
-
-# --------------------------------------------------------------------------------------- datasets
 def _sample_seed(seed: int, epoch: int, index: int) -> int:
     return hash((seed, epoch, index)) & 0x7FFF_FFFF_FFFF_FFFF
 
@@ -330,7 +213,7 @@ def _open_torchvision(cfg: DataConfig, where: str) -> tuple[Dataset, Dataset | N
         train_args: dict[str, Any] = {"root": os.path.join(root, cfg.train_split)}
         test_args = {"root": os.path.join(root, cfg.test_split)} if cfg.test_split else None
     else:
-        open_ = _torchvision_class(cfg.name)
+        open_ = torchvision_class(cfg.name)
         params = inspect.signature(open_.__init__).parameters
         base = {"root": root, **({"download": False} if "download" in params else {})}
         if "train" in params:
@@ -417,104 +300,3 @@ def data_from_meta(meta: Mapping[str, Any]) -> DataBundle:
     if meta.get("mean") is not None and meta.get("std") is not None:
         cfg["mean"], cfg["std"] = list(meta["mean"]), list(meta["std"])
     return build_data(cfg, source="checkpoint meta: data")
-
-
-# --------------------------------------------------------------------------------------- loaders
-class ShardedBatchSampler(Sampler[list[int]]):
-    """Batches of one rank, in an order fixed by (seed, epoch).
-
-    Each global batch of ``batch_size * world_size`` consecutive images of the epoch order is cut
-    into one block per rank, so ranks together see what one process with the global batch (cut
-    into micro-batches) sees. ``drop_last`` drops the incomplete global batch (training: every
-    rank takes the same number of steps); otherwise every image is seen exactly once (evaluation).
-    """
-
-    def __init__(
-        self,
-        size: int,
-        batch_size: int,
-        *,
-        shuffle: bool,
-        seed: int,
-        drop_last: bool,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} outside world of {world_size}")
-        self.size, self.batch_size, self.shuffle, self.seed = size, batch_size, shuffle, seed
-        self.drop_last, self.rank, self.world_size = drop_last, rank, world_size
-        self.epoch, self.start_batch = 0, 0
-
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        """Select the epoch's order and skip its first ``start_batch`` batches (resume)."""
-        self.epoch, self.start_batch = epoch, start_batch
-
-    def _batches(self) -> list[list[int]]:
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(self.size)
-        else:
-            order = np.arange(self.size)
-        glob = self.batch_size * self.world_size
-        count = self.size // glob if self.drop_last else math.ceil(self.size / glob)
-        out = []
-        for t in range(count):
-            lo = t * glob + self.rank * self.batch_size
-            block = order[lo : min(lo + self.batch_size, (t + 1) * glob, self.size)]
-            if len(block):
-                out.append(block.tolist())
-        return out
-
-    def __iter__(self):
-        yield from self._batches()[self.start_batch :]
-
-    def __len__(self) -> int:
-        return max(0, len(self._batches()) - self.start_batch)
-
-
-@dataclass(frozen=True)
-class LoaderOptions:
-    """How this process reads a dataset: its shard of every batch, and its worker processes.
-
-    ``persistent_workers`` keeps worker processes between passes (evaluation loaders); workers
-    hold a copy of the dataset, so only use it where the augmentation epoch never changes.
-    """
-
-    rank: int = 0
-    world_size: int = 1
-    num_workers: int = 0
-    pin_memory: bool = False
-    persistent_workers: bool = False
-
-
-def make_loader(
-    dataset: Dataset,
-    batch_size: int,
-    *,
-    shuffle: bool,
-    seed: int,
-    drop_last: bool = False,
-    options: LoaderOptions = LoaderOptions(),
-) -> DataLoader:
-    """A DataLoader whose order depends only on (seed, epoch) and which holds this rank's shard.
-
-    See `ShardedBatchSampler` for how batches are cut and `set_loader_epoch` for epochs and resume.
-    """
-    o = options
-    sampler = ShardedBatchSampler(
-        len(dataset), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=o.rank, world_size=o.world_size
-    )
-    return DataLoader(
-        dataset,
-        batch_sampler=sampler,
-        num_workers=o.num_workers,
-        pin_memory=o.pin_memory,
-        persistent_workers=o.persistent_workers and o.num_workers > 0,
-    )
-
-
-def set_loader_epoch(loader: DataLoader, epoch: int, start_batch: int = 0) -> None:
-    """Epoch of both the batch order and the augmentation; skip ``start_batch`` batches."""
-    loader.batch_sampler.set_epoch(epoch, start_batch)
-    if hasattr(loader.dataset, "set_epoch"):
-        loader.dataset.set_epoch(epoch)

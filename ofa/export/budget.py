@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ofa.export.result import BudgetVerdict
 from ofa.families.mbv3.arch import Arch
-from ofa.lut.timing import Latency
+from ofa.lut.measure import Latency
 from ofa.runtime.runtimes import runtime_info
 from search.latency import LatencyTable
 

@@ -21,7 +21,8 @@ from torch import nn
 
 from ofa.export.result import FormatExport
 from ofa.export.verify import PARITY_ATOL, ParityError, check_parity, onnx_accuracy
-from ofa.lut.timing import CLOCK_NAMES, Latency, Standalone, time_models
+from ofa.lut.measure import Latency
+from ofa.lut.timing import CLOCK_NAMES, Standalone, time_models
 from ofa.runtime import formats
 from ofa.runtime.runtimes import CallRunner
 

@@ -31,7 +31,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from ofa.data.datasets import data_from_meta, make_loader
+from ofa.data.datasets import data_from_meta
+from ofa.data.loaders import make_loader
 from ofa.export.budget import budget_verdict
 from ofa.export.edge_formats import (
     Converted,
@@ -50,7 +51,8 @@ from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.subnet import FOLDER_WEIGHTS, count_macs, count_params, load_subnet, save_subnet
 from ofa.families.mbv3.supernet import OFAMobileNetV3
-from ofa.lut.timing import Standalone, measure_latencies, protocol_from_dict
+from ofa.lut.measure import measure_latencies
+from ofa.lut.timing import Standalone, protocol_from_dict
 from ofa.runtime.convert import DEFAULT_OPSET, build_metadata, check_onnx, check_opset, set_metadata, to_onnx
 from ofa.runtime.formats import check_format, require
 from ofa.runtime.runtimes import OrtModel

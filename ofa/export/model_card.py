@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ofa.export.result import BudgetVerdict, ExportResult, Preprocessing
 from ofa.families.mbv3.space import SearchSpace
-from ofa.lut.timing import Latency
+from ofa.lut.measure import Latency
 
 
 def _num(n: float) -> str:

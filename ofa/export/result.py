@@ -10,7 +10,7 @@ import numpy as np
 
 from ofa.export.verify import Parity
 from ofa.families.mbv3.arch import Arch
-from ofa.lut.timing import Latency
+from ofa.lut.measure import Latency
 
 
 @dataclass(frozen=True)

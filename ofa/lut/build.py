@@ -33,16 +33,8 @@ from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.encoding import GeneLayout, sample_arch
 from ofa.families.mbv3.space import SearchSpace
 from ofa.lut.layer_models import LayerModules, empty_runner, input_shape, subnet_runners
-from ofa.lut.timing import (
-    NOISE_CRITERION,
-    WARN_NOISE_PCT,
-    Protocol,
-    Standalone,
-    Stats,
-    noise_pct,
-    spread_pct,
-    time_models,
-)
+from ofa.lut.stats import Stats, noise_pct, spread_pct
+from ofa.lut.timing import NOISE_CRITERION, WARN_NOISE_PCT, Protocol, Standalone, time_models
 from ofa.runtime.convert import DEFAULT_OPSET
 from ofa.runtime.runtimes import Runner, backend_device, check_backend, make_runner, runtime_info
 from ofa.utils.errors import OFAError

@@ -37,16 +37,8 @@ from tqdm import tqdm
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.encoding import GeneLayout, sample_arch
 from ofa.lut.layer_models import subnet_runners
-from ofa.lut.timing import (
-    WARN_NOISE_PCT,
-    Protocol,
-    Standalone,
-    Stats,
-    noise_pct,
-    protocol_from_dict,
-    time_models,
-    with_overrides,
-)
+from ofa.lut.stats import Stats, noise_pct
+from ofa.lut.timing import WARN_NOISE_PCT, Protocol, Standalone, protocol_from_dict, time_models, with_overrides
 from ofa.runtime.runtimes import backend_device, check_backend
 from ofa.utils.errors import OFAError
 from ofa.utils.io import atomic_write, write_json, write_text

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ofa.lut.timing import Stats, repeat_stats
+from ofa.lut.stats import Stats, repeat_stats
 from ofa.utils.errors import OFAError
 
 UNITS = {"ms": 1.0, "us": 1e-3, "s": 1e3}

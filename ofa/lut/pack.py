@@ -29,7 +29,8 @@ from ofa.families.mbv3.subnet import build_subnet
 from ofa.lut.build import calibration_archs, correction_record, probe_archs
 from ofa.lut.layer_models import EmptyModel, LayerModules, empty_onnx, input_shape
 from ofa.lut.pack_readme import render_pack_readme
-from ofa.lut.timing import Standalone, Stats
+from ofa.lut.stats import Stats
+from ofa.lut.timing import Standalone
 from ofa.runtime import formats
 from ofa.utils.errors import OFAError
 from ofa.utils.io import read_text, read_yaml, write_text, write_yaml

@@ -32,7 +32,7 @@ from ofa.lut.pack import (
     packed_space,
     read_manifest,
 )
-from ofa.lut.timing import Stats
+from ofa.lut.stats import Stats
 from ofa.runtime import formats
 from ofa.utils.errors import OFAError
 from ofa.utils.io import write_json, write_text

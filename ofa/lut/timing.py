@@ -43,19 +43,23 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import onnx
-from scipy.stats import binom
-from torch import nn
 
-from ofa.runtime.runtimes import OrtRunner, Runner, backend_device, check_backend, make_runner
+from ofa.lut.stats import (
+    Stats,
+    block_figure,
+    blocks_stats,
+    host_steal_ticks,
+    quantile_stats,
+    quiet_rounds,
+    repeat_stats,
+    trimmed_stats,
+)
+from ofa.runtime.runtimes import Runner
 from ofa.utils.errors import OFAError
-from search.latency import LatencyTable
 
-Stats = dict[str, float | int]  # {mean_ms: the protocol's figure, std_ms, count, spread_pct[, ci_pct, steal_blocks]}
 CLOCK_NAMES = {"wall": "wall", "thread": "thread-cpu-time"}
 WARN_NOISE_PCT = 5.0  # noise above which a build or check warns (a strict --max-noise refuses instead)
 NOISE_CRITERION = (
@@ -63,12 +67,9 @@ NOISE_CRITERION = (
     "block medians), % of the figure, worst of the probe and calibration subnets; spread_pct beside it: the "
     "block medians' interquartile range / median (the host's burstiness, which more blocks do not shrink)"
 )
-PREEMPTED_SHARE, PREEMPTED_MIN_MS = 0.05, 0.02  # wall - CPU time above max(5% of the call, 20 us): preempted
-MIN_CLEAN = 0.25  # share of a block's calls that must run unpreempted for the block to count
 RETRY_PASSES = 5  # median estimator: extra passes over the models with blocks that did not count
 MAX_CALLS_PER_BLOCK = 20_000  # a block of a model whose calls read ~0 ms stays finite
 MAX_BLOCKS = 400  # blocks of one model at the most, whatever the budget
-CONFIDENCE = 0.95
 ESTIMATORS = {
     "quantile": "a low quantile of time-sized blocks' median calls, blocks added until its 95% interval "
     "is within target_pct; blocks with host steal and preempted calls left out",
@@ -86,17 +87,6 @@ def _check_fields(protocol: Any, least: Mapping[str, int], clocks: Sequence[str]
         raise OFAError(
             f"protocol.clock: {protocol.clock!r} is not one of {list(clocks)} for the {protocol.kind} protocol"
         )
-
-
-def host_steal_ticks() -> int:
-    """CPU time the hypervisor gave to other guests so far (``steal`` of ``/proc/stat``, in clock ticks);
-    0 where the host does not report it."""
-    try:
-        with open("/proc/stat") as f:
-            values = f.readline().split()
-    except OSError:
-        return 0
-    return int(values[8]) if len(values) > 8 and values[0] == "cpu" else 0
 
 
 @dataclass
@@ -372,88 +362,6 @@ def time_models(
     return protocol.measure(runners, progress)
 
 
-# --------------------------------------------------------------------------------- statistics
-def block_figure(wall_ms: np.ndarray, cpu_ms: np.ndarray, clock: str, one_thread: bool = True) -> tuple[float, bool]:
-    """A block's median call and whether the block counts: on the wall clock, over the calls not preempted.
-
-    A wall-clock block with fewer than ``MIN_CLEAN`` calls left gives its plain median and does not count.
-    Only a model running in the calling thread alone (``one_thread``) can be told preempted.
-    """
-    if clock == "thread":
-        return float(np.median(cpu_ms)), True
-    if not one_thread:
-        return float(np.median(wall_ms)), True
-    clean = wall_ms - cpu_ms <= np.maximum(PREEMPTED_SHARE * wall_ms, PREEMPTED_MIN_MS)
-    if clean.mean() < MIN_CLEAN:
-        return float(np.median(wall_ms)), False
-    return float(np.median(wall_ms[clean])), True
-
-
-def blocks_stats(blocks: Sequence[tuple[float, bool]], wanted: int) -> Stats:
-    """`repeat_stats` of the blocks that count; of all of them, with spread 100%, where under half the
-    ``wanted`` blocks count."""
-    kept = [figure for figure, counts in blocks if counts]
-    if 2 * len(kept) < wanted:
-        return {**repeat_stats([figure for figure, _ in blocks]), "spread_pct": 100.0}
-    return repeat_stats(kept)
-
-
-def repeat_stats(figures_ms: Sequence[float]) -> Stats:
-    """A model's figure from its repeated ones (block medians): median, std, count, and spread (IQR %)."""
-    x = np.asarray(figures_ms, dtype=np.float64)
-    mid = float(np.median(x))
-    q1, q3 = np.percentile(x, [25, 75])
-    return {
-        "mean_ms": mid,
-        "std_ms": float(x.std()),
-        "count": len(x),
-        "spread_pct": float(100 * (q3 - q1) / mid) if mid > 0 else 0.0,
-    }
-
-
-def quantile_stats(figures_ms: Sequence[float], q: float) -> Stats:
-    """The ``q`` quantile of a model's block medians and its 95% interval from order statistics.
-
-    The interval runs from the l-th to the u-th smallest block, l and u the binomial(n, q) quantiles
-    around n*q: it holds the true quantile with at least 95% probability whatever the blocks'
-    distribution, and it narrows as blocks are added (~1/sqrt(n)) even where their spread does not.
-    ``ci_pct`` is its half-width in % of the figure.
-    """
-    x = np.sort(np.asarray(figures_ms, dtype=np.float64))
-    n = len(x)
-    figure = float(np.quantile(x, q))
-    lo = int(binom.ppf((1 - CONFIDENCE) / 2, n, q))  # 0-based index of the l-th smallest
-    hi = min(n - 1, int(binom.ppf(1 - (1 - CONFIDENCE) / 2, n, q)))
-    low, high = float(x[max(0, lo - 1)]), float(x[hi])
-    base = repeat_stats(x)
-    return {
-        **base,
-        "mean_ms": figure,
-        "median_ms": base["mean_ms"],
-        "ci_low_ms": low,
-        "ci_high_ms": high,
-        "ci_pct": float(100 * (high - low) / 2 / figure) if figure > 0 else 0.0,
-    }
-
-
-def noise_pct(stats: Mapping[str, Stats], names: Sequence[str]) -> float:
-    """The measurement's noise: the widest interval (``ci_pct``, `NOISE_CRITERION`) among the models
-    ``names``; the block spread for timings without one (median estimator, interleaved rounds)."""
-    return max((float(stats[n].get("ci_pct", stats[n]["spread_pct"])) for n in names), default=0.0)
-
-
-def spread_pct(stats: Mapping[str, Stats], names: Sequence[str]) -> float:
-    """The host's burstiness: the largest block spread (interquartile range / median) among ``names``."""
-    return max((float(stats[n]["spread_pct"]) for n in names), default=0.0)
-
-
-def quiet_rounds(samples_ms: np.ndarray, keep: float) -> np.ndarray:
-    """Indices of the ``keep`` share of rounds (columns) with the lowest mean log-slowdown over models."""
-    rel = np.log(np.maximum(samples_ms, 1e-12) / np.median(samples_ms, axis=1, keepdims=True))
-    n = max(1, round(keep * samples_ms.shape[1]))
-    return np.sort(np.argsort(rel.mean(axis=0), kind="stable")[:n])
-
-
 def summarize(samples_ms: Mapping[str, Sequence[float]], protocol: Interleaved) -> dict[str, Stats]:
     """Per-model interleaved stats over the quietest rounds; the spread is that of 5 consecutive chunks."""
     names = list(samples_ms)
@@ -464,102 +372,3 @@ def summarize(samples_ms: Mapping[str, Sequence[float]], protocol: Interleaved) 
         chunks = [c.mean() for c in np.array_split(matrix[i, kept], min(5, len(kept)))]
         out[n] = {**trimmed_stats(matrix[i, kept], protocol.trim), "spread_pct": repeat_stats(chunks)["spread_pct"]}
     return out
-
-
-def trimmed_stats(samples_ms: Sequence[float], trim: float) -> Stats:
-    """Mean and std after dropping the fastest and slowest ``trim`` share of the samples."""
-    x = np.sort(np.asarray(samples_ms, dtype=np.float64))
-    cut = int(len(x) * trim)
-    kept = x[cut : len(x) - cut] if len(x) - 2 * cut > 0 else x
-    return {"mean_ms": float(kept.mean()), "std_ms": float(kept.std()), "count": len(kept)}
-
-
-# --------------------------------------------------------------------------------- exported models
-@dataclass(frozen=True)
-class TimingConfig:
-    """Where and how ONNX models are timed: an onnxruntime backend, its threads, the protocol."""
-
-    backend: str = "ort-cpu"
-    threads: int = 1
-    protocol: Protocol = field(default_factory=Standalone)
-
-    def __post_init__(self) -> None:
-        if self.backend not in ("ort-cpu", "ort-cuda"):
-            raise OFAError(f"measure_onnx needs an onnxruntime backend (ort-cpu or ort-cuda), got {self.backend!r}")
-        check_backend(self.backend)
-        if self.threads < 1:
-            raise OFAError(f"--threads must be positive, got {self.threads}")
-
-
-def measure_onnx(path: str | Path, input_shape: Sequence[int], cfg: TimingConfig | None = None) -> Stats:
-    """Latency of one exported model, standalone by default: ``{mean_ms, std_ms, count, spread_pct}``.
-
-    Raises `OFAError` for a missing file or a model that does not run.
-    """
-    return measure_onnx_many({"model": (path, input_shape)}, cfg)["model"]
-
-
-def measure_onnx_many(
-    models: Mapping[str, tuple[str | Path | bytes, Sequence[int]]],
-    cfg: TimingConfig | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> dict[str, Stats]:
-    """Time several ONNX models with one protocol (standalone: each on its own, blocks shuffled)."""
-    cfg = cfg or TimingConfig()
-    for name, (model, _) in models.items():
-        if isinstance(model, str | Path) and not Path(model).is_file():
-            raise OFAError(f"{model}: ONNX model not found ({name})")
-    device = backend_device(cfg.backend)
-    runners = {name: OrtRunner(model, shape, cfg.threads, device) for name, (model, shape) in models.items()}
-    return time_models(runners, cfg.protocol, progress)
-
-
-@dataclass(frozen=True)
-class Latency:
-    """Measured latency of one exported model (milliseconds per batch) and how it was measured."""
-
-    mean_ms: float  # the protocol's figure (standalone: the median of the block medians)
-    std_ms: float
-    batch: int
-    threads: int
-    samples: int  # blocks (standalone) or rounds kept (interleaved)
-    source: str  # which protocol, clock and backend
-
-
-def measure_latencies(
-    models: Mapping[str, onnx.ModelProto],
-    torch_model: nn.Module,
-    shape: tuple[int, ...],
-    table: LatencyTable | None = None,
-) -> dict[str, Latency]:
-    """Time the exported models as a user would: each on its own, warm, on the wall clock.
-
-    The table gives backend, threads and batch, and its settings where it was built standalone (an
-    interleaved table is still checked against the standalone figure its predictions are meant for).
-    Without a table: onnxruntime CPU, 1 thread, the default `Standalone`. A table measured with a torch
-    backend times the static PyTorch model as ``fp32`` (what it predicts) and the ONNX files on
-    onnxruntime CPU.
-    """
-    meta = table.meta if table is not None else {}
-    backend = str(meta.get("backend", "ort-cpu"))
-    threads = int(meta.get("threads", 1))
-    stored = protocol_from_dict(meta["protocol"], "table meta.protocol") if "protocol" in meta else None
-    protocol = stored if isinstance(stored, Standalone) else Standalone()
-    onnx_backend = backend if backend.startswith("ort") else "ort-cpu"
-
-    def source(on: str) -> str:
-        return f"standalone, {CLOCK_NAMES[protocol.clock]} clock, {protocol.describe()}, {on}"
-
-    runners, sources = {}, {}
-    for name, model in models.items():
-        key = name if backend.startswith("ort") else f"{name} (onnx)"
-        runners[key] = make_runner(onnx_backend, None, shape, threads, onnx_model=model.SerializeToString())
-        sources[key] = source(onnx_backend)
-    if not backend.startswith("ort"):
-        runners["fp32"] = make_runner(backend, torch_model, shape, threads)
-        sources["fp32"] = source(backend)
-    stats = time_models(runners, protocol)
-    return {
-        name: Latency(float(s["mean_ms"]), float(s["std_ms"]), shape[0], threads, int(s["count"]), sources[name])
-        for name, s in stats.items()
-    }

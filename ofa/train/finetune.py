@@ -21,7 +21,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ofa.data.datasets import DataBundle, DataConfig, build_data, make_loader, parse_data_config, set_loader_epoch
+from ofa.data.config import DataConfig, parse_data_config
+from ofa.data.datasets import DataBundle, build_data
+from ofa.data.loaders import make_loader, set_loader_epoch
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.subnet import save_subnet
 from ofa.families.mbv3.supernet import OFAMobileNetV3

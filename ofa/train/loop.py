@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ofa.data.datasets import LoaderOptions, build_data, make_loader, set_loader_epoch
+from ofa.data.datasets import build_data
+from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.mbv3.transfer import adapt_supernet

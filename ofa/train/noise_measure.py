@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from ofa.data.datasets import LoaderOptions, make_loader, set_loader_epoch
+from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distributed import all_reduce_sum, average_gradients, process_group
 from ofa.train.loop import Trainer

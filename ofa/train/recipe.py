@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ofa.data.datasets import DataConfig, parse_data_config
+from ofa.data.config import DataConfig, parse_data_config
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.transfer import derive_space, read_supernet_space

@@ -25,7 +25,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
-from ofa.data.datasets import DataBundle, LoaderOptions, data_from_meta, make_loader
+from ofa.data.datasets import DataBundle, data_from_meta
+from ofa.data.loaders import LoaderOptions, make_loader
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.encoding import GeneLayout, sample_arch
 from ofa.families.mbv3.space import SearchSpace
