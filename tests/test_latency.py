@@ -444,6 +444,8 @@ def test_bench_plain_loop_is_its_own_timer_around_session_run(monkeypatch):
     assert bench.measure(model, 2, 10) > 0
     rows = [{"predicted_ms": p, "measured_ms": 1.0} for p in (1.05, 0.92, 1.2, 0.7)]
     assert bench.share_within(rows) == 50.0 and bench.share_within([]) is None
+    again = [{"measured_ms": 1.0, "retest_ms": r} for r in (1.05, 0.95, 1.3, 0.5)]  # two within ±10% of the first
+    assert bench.retest_within(again) == 50.0 and bench.retest_within([]) is None
 
 
 def test_quiet_rounds_drop_busy_rounds_for_every_model():
