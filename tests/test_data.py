@@ -12,6 +12,7 @@ from PIL import Image
 from ofa.data.config import DataConfig
 from ofa.data.datasets import build_data, data_from_meta
 from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch
+from ofa.utils.config import ConfigError
 from ofa.utils.errors import OFAError
 
 
@@ -32,6 +33,24 @@ def test_digits_splits_are_stratified_disjoint_and_normalized():
     _, y_test = _all(b.test)
     counts = torch.bincount(y_test, minlength=10)
     assert counts.min() >= 35 and counts.max() <= 37  # 20% of each class (~180 images per class)
+
+
+def test_val_size_takes_validation_from_outside_the_training_subset():
+    base = {"name": "digits", "image_size": 8, "augment": "none", "train_subset": 500}
+    small, large = build_data({**base, "val_size": 200}), build_data({**base, "val_size": 900})
+    assert (len(small.train), len(small.val), len(large.val)) == (500, 200, 900)
+    train = set(small.train.indices.tolist())
+    assert train == set(large.train.indices.tolist())  # a larger validation split costs no training image
+    assert not train & set(large.val.indices.tolist()) and not train & set(large.test.indices.tolist())
+    assert set(small.test.indices.tolist()) == set(build_data(base).test.indices.tolist())  # test untouched
+    _, y = _all(large.val)
+    assert torch.bincount(y, minlength=10).min() >= 85  # stratified: ~90 images of each class
+    whole = build_data({"name": "digits", "image_size": 8, "augment": "none", "val_size": 300})
+    assert (len(whole.train), len(whole.val)) == (1137, 300)  # no subset: the rest of the split trains
+    with pytest.raises(ConfigError, match=r"data.val_size: 1000 validation images asked, the train split has 937"):
+        build_data({**base, "val_size": 1000})
+    with pytest.raises(ConfigError, match=r"data.val_size: must be a positive number"):
+        build_data({**base, "val_size": 0})
 
 
 def test_augmentation_is_seeded_per_epoch_and_train_only():

@@ -39,7 +39,8 @@ class DataConfig:
     batch_size: int = 64
     eval_batch_size: int = 256
     num_workers: int = 0
-    val_fraction: float = 0.1
+    val_fraction: float = 0.1  # of train_subset, when val_size is null
+    val_size: int | None = None  # validation images taken from the train split outside train_subset instead
     test_fraction: float = 0.2
     train_subset: int | None = None  # seeded stratified subset of the train split (before validation)
     test_subset: int | None = None  # seeded stratified subset of the test split
@@ -77,6 +78,8 @@ def parse_data_config(value: Any, where: str = "data") -> DataConfig:
         fail("std", "mean and std must be given together, with one value per channel")
     if cfg.std is not None and min(cfg.std) <= 0:
         fail("std", f"must be positive, got {list(cfg.std)}")
+    if cfg.val_size is not None and cfg.val_size < 1:
+        fail("val_size", f"must be a positive number of images or null, got {cfg.val_size}")
     for key in ("train_subset", "test_subset"):
         if getattr(cfg, key) is not None and getattr(cfg, key) < 2:
             fail(key, f"must be >= 2 images or null (the whole split), got {getattr(cfg, key)}")

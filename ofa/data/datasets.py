@@ -195,6 +195,31 @@ def _subset(indices: np.ndarray, labels: np.ndarray | None, size: int | None, se
     return _split(indices, labels, len(indices) - size, seed)[0]
 
 
+def _train_and_val(
+    indices: np.ndarray, labels: np.ndarray | None, cfg: DataConfig, source: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) indices of the train split.
+
+    With ``val_size`` the validation images lie outside ``train_subset`` (the images a subset leaves
+    over), so a large validation split costs no training images and every choice can be made on it;
+    without it, validation is ``val_fraction`` of the subset, as before.
+    """
+    if cfg.val_size is None:
+        return _split(_subset(indices, labels, cfg.train_subset, cfg.seed), labels, cfg.val_fraction, cfg.seed)
+    train = _subset(indices, labels, cfg.train_subset, cfg.seed)
+    rest = np.setdiff1d(indices, train)
+    if cfg.train_subset is None:  # no subset: validation from the whole split, training on the rest
+        train, rest = indices, indices
+    if len(rest) < cfg.val_size + (cfg.train_subset is None):
+        raise ConfigError(
+            f"{source}.val_size: {cfg.val_size} validation images asked, the train split has {len(rest)} "
+            "outside train_subset"
+        )
+    if cfg.train_subset is None:
+        return _split(indices, labels, cfg.val_size, cfg.seed)
+    return train, _subset(rest, labels, cfg.val_size, cfg.seed)
+
+
 def _labels_of(ds: Any) -> np.ndarray | None:
     for attr in ("targets", "labels", "_labels"):
         value = getattr(ds, attr, None)
@@ -259,9 +284,8 @@ def build_data(data_cfg: Mapping[str, Any] | DataConfig, source: str = "data") -
         test_src = pool
     else:
         test_idx = np.arange(len(test_src))
-    all_idx = _subset(all_idx, labels, cfg.train_subset, cfg.seed)
     test_idx = _subset(test_idx, labels if test_src is pool else _labels_of(test_src), cfg.test_subset, cfg.seed)
-    train_idx, val_idx = _split(all_idx, labels, cfg.val_fraction, cfg.seed)
+    train_idx, val_idx = _train_and_val(all_idx, labels, cfg, source)
     if len(train_idx) == 0 or len(val_idx) == 0 or len(test_idx) == 0:
         raise ConfigError(f"{source}: too few images to carve train/val/test splits")
     if names is None:
