@@ -298,6 +298,29 @@ def test_cli_errors(net, ckpt, tmp_path, capsys):
         export_subnet(net, None, ExportConfig(tmp_path / "x.onnx"))
 
 
+def test_the_arch_is_checked_once_at_the_entry(net, ckpt, tmp_path, monkeypatch):
+    """Extraction and the later steps trust the entry's check; the CLI adds none of its own."""
+    from ofa.families.mbv3.space import SearchSpace
+
+    checked = []
+    real_validate = SearchSpace.validate
+
+    def counting(self, arch, source="arch"):
+        checked.append(arch)
+        return real_validate(self, arch, source)
+
+    monkeypatch.setattr(SearchSpace, "validate", counting)
+    arch = sample_arch(net.space, 4)
+    assert arch != net.space.max_arch(arch.resolution)  # a new supernet activates its largest subnet
+    export_subnet(net, arch, ExportConfig(tmp_path / "a.onnx", calib_batches=0, latency=False))
+    assert checked.count(arch) == 1
+    checked.clear()
+    arch_path = arch.save(tmp_path / "arch.json")
+    argv = ["--supernet", str(ckpt), "--arch", str(arch_path), "--out", str(tmp_path / "b.onnx"), "--no-latency"]
+    assert main(["export", *argv]) == 0
+    assert checked.count(arch) == 1
+
+
 def synthetic_table(space, batch: int = 1, backend: str = "ort-cpu"):
     """A latency table for ``space`` with made-up entries (a MAC-proportional cost) and a short protocol."""
     from search.latency import LatencyTable

@@ -70,7 +70,8 @@ def _ms(lat: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.export.export import ExportConfig, export_file
+    from ofa.commands._export_files import export_file
+    from ofa.export.export import ExportConfig
 
     cfg = ExportConfig(
         out=Path(args.out),

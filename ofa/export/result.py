@@ -116,9 +116,10 @@ class BudgetVerdict:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExportResult:
-    """What `export_subnet` wrote and measured; ``to_dict`` is the ``<name>.export.json`` summary."""
+    """What `export_subnet` wrote and measured, built once from its steps' values; ``to_dict`` is the
+    ``<name>.export.json`` summary."""
 
     onnx_path: Path
     subnet_path: Path

@@ -15,7 +15,7 @@ from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.elastic import ElasticMBConv, kernel_matrices
 from ofa.families.mbv3.encoding import sample_arch
 from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.subnet import build_subnet
+from ofa.families.mbv3.subnet import build_subnet, timm_args, timm_model
 from ofa.utils.errors import OFAError
 from ofa.utils.io import load_torch, save_torch
 from ofa.utils.weights import load_safetensors, save_safetensors
@@ -58,7 +58,10 @@ class OFAMobileNetV3(nn.Module):
     # ----------------------------------------------------------------- elastic control
     def set_active(self, arch: Arch) -> Arch:
         """Activate ``arch`` (resolution is the caller's: feed inputs of ``arch.resolution``)."""
-        self.space.validate(arch)
+        return self._activate(self.space.validate(arch))
+
+    def _activate(self, arch: Arch) -> Arch:
+        """`set_active` of an arch already validated against this space."""
         d = self.space.max_depth
         for s in range(self.space.num_stages):
             for j, block in enumerate(self.blocks[s + 1]):
@@ -120,13 +123,15 @@ class OFAMobileNetV3(nn.Module):
 
     def extract(self, arch: Arch | None = None) -> nn.Module:
         """A static timm MobileNetV3 computing exactly the subnet ``arch`` (default: the active one)."""
+        return self.extract_checked(self.active_arch if arch is None else self.space.validate(arch))
+
+    def extract_checked(self, arch: Arch) -> nn.Module:
+        """`extract` of an arch its caller has validated against this space (export checks it once, at its entry)."""
         previous = self.active_arch
-        if arch is not None:
-            self.set_active(arch)
-        arch = self.active_arch
-        model = build_subnet(self.space, arch)
+        self._activate(arch)
+        model = timm_model(timm_args(self.space, arch))
         model.load_state_dict(self.active_state_dict())
-        self.set_active(previous)
+        self._activate(previous)
         return model.train(self.training)
 
     @torch.no_grad()
