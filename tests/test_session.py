@@ -1,0 +1,61 @@
+"""The training session under the benchmark's from-scratch loop: the recorded 2-epoch runs reproduce bit for bit.
+
+``bench/ps_vs_scratch.py`` caches finished scratch runs by `ScratchRun.key`, so a loop that trained
+differently would mix old and new runs in one report. The fixture was recorded by the loop as it was
+before the session existed (see its ``recorded_with``); the same seed must give the same weights,
+accuracies and cache key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_RECIPE, load_bench_script
+
+from ofa.data.datasets import build_data
+from ofa.families.mbv3.arch import Arch
+from ofa.train import load_recipe
+from ofa.train.distributed import DistEnv
+from ofa.train.session import SessionConfig, TrainingSession
+from ofa.utils.errors import OFAError
+
+RECORDED = json.loads((Path(__file__).resolve().parent / "fixtures" / "scratch_tiny_2epochs.json").read_text())["runs"]
+
+
+def _weights_sha256(model: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for key, tensor in model.state_dict().items():
+        h.update(key.encode())
+        h.update(tensor.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_scratch_twin_reproduces_the_recorded_run_bitwise(name, tmp_path, monkeypatch):
+    bench = load_bench_script("ps_vs_scratch")
+    want = RECORDED[name]
+    recipe = load_recipe(TINY_RECIPE, want["overrides"])
+    run = bench.ScratchRun(Arch.from_dict(want["arch"]), want["lr"], want["epochs"], want["seed"])
+    trained = []
+    train = bench.train_from_scratch
+    monkeypatch.setattr(bench, "train_from_scratch", lambda *args: trained.append(train(*args)) or trained[-1])
+    got = bench.scratch_run(recipe, run, build_data(recipe.data), tmp_path, "scratch")
+    assert got["key"] == want["key"]  # the cache key is unchanged, so the recorded runs stay valid
+    assert _weights_sha256(trained[0]) == want["weights_sha256"]
+    assert (got["val_top1"], got["test_top1"]) == (want["val_top1"], want["test_top1"])
+
+
+def test_session_refusals_name_the_field():
+    recipe = load_recipe(TINY_RECIPE, ["data.batch_size=200"])  # more than the 144 training images
+    with pytest.raises(OFAError, match=r"tiny.yaml: data.batch_size: a global batch of 200 is larger than the"):
+        TrainingSession(SessionConfig.of(recipe), DistEnv.single_process())
+    recipe = load_recipe(TINY_RECIPE)
+    session = TrainingSession(SessionConfig.of(recipe), DistEnv.single_process())
+    space = dataclasses.replace(recipe.space, num_classes=10)
+    with pytest.raises(OFAError, match=r"^tiny: num_classes 10 != 4 \(synthetic\)$"):
+        session.require_fit(space, "tiny: {key} {have} != {want} ({data})")
