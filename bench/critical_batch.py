@@ -127,14 +127,14 @@ def new_trainer(recipe: Recipe, p: int, state: dict | None, env: DistEnv) -> Tra
         trainer.load_state(copy.deepcopy(state))
     trainer.begin_phase(p)
     # One calibration set for every batch size, so the target means the same at each.
-    trainer.calib_loader = make_loader(trainer.data.train, 128, shuffle=True, seed=recipe.seed + 1)
+    trainer.session.calib_loader = make_loader(trainer.session.data.train, 128, shuffle=True, seed=recipe.seed + 1)
     return trainer
 
 
 def val_loss(trainer: Trainer, p: int) -> float:
     phase, space = trainer.recipe.phases[p], trainer.recipe.space
     arch = phase.largest(max(phase.resolutions), space)
-    loss = trainer.evaluate({"largest": arch}, trainer.val_loader)["largest"]["loss"]
+    loss = trainer.evaluate({"largest": arch}, trainer.session.val_loader)["largest"]["loss"]
     trainer.net.train()
     return loss
 
@@ -154,9 +154,9 @@ def train_to_target(
             raise OFAError(f"the starting weights already meet the target val loss {sweep.target}: raise the bar")
         next_check, step = float(batch), 0
         for epoch in range(sweep.max_epochs):
-            set_loader_epoch(trainer.train_loader, trainer.global_epoch(p, epoch))
+            set_loader_epoch(trainer.session.train_loader, trainer.global_epoch(p, epoch))
             trainer.net.train()
-            for i, (x, y) in enumerate(trainer.train_loader):
+            for i, (x, y) in enumerate(trainer.session.train_loader):
                 try:
                     trainer.train_step(p, epoch, i, x, y)
                 except OFAError:

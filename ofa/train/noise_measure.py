@@ -88,8 +88,9 @@ def measure_noise_scale(
         trainer = Trainer(recipe, None, env)
         if state is not None:
             trainer.load_state(dict(state))
-        p = chosen if chosen is not None else min(trainer.phase, len(recipe.phases) - 1)
-        if trainer.phase != p or (trainer.epoch == 0 and trainer.step == 0):
+        pos = trainer.session.pos
+        p = chosen if chosen is not None else min(pos.phase, len(recipe.phases) - 1)
+        if pos.phase != p or (pos.epoch == 0 and pos.step == 0):
             trainer.begin_phase(p)  # the teacher and channel order the phase would train with
         return measure_phase_noise(trainer, p, cfg)
 
@@ -110,11 +111,11 @@ def measure_noise_scale_file(
 def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> NoiseScaleResult:
     """Phase ``p`` at the trainer's current weights, which it leaves unchanged (no optimizer step: the
     learning rate is zero). The trainer is already set up for the phase (`Trainer.begin_phase`)."""
-    r, phase, env = trainer.recipe, trainer.recipe.phases[p], trainer.env
+    r, phase, env, ps, session = trainer.recipe, trainer.recipe.phases[p], trainer.env, trainer.ps, trainer.session
     steps, accumulate = cfg.steps, cfg.accumulate
-    b = r.data.batch_size // trainer.micro_batches
+    b = r.data.batch_size // ps.micro_batches
     loader = make_loader(
-        trainer.data.train,
+        session.data.train,
         b * accumulate,
         shuffle=True,
         seed=r.seed,
@@ -124,7 +125,7 @@ def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> No
     if len(loader) == 0:
         raise OFAError(
             f"noise scale: {accumulate} micro-batches of {b} images x {env.world_size} process(es) "
-            f"exceed the {len(trainer.data.train)} training images; lower --accumulate"
+            f"exceed the {len(session.data.train)} training images; lower --accumulate"
         )
     estimator = NoiseScaleEstimator(ema=1.0)
     b_big = b * accumulate * env.world_size
@@ -134,20 +135,18 @@ def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> No
     for i in tqdm(range(steps), desc=f"noise scale {phase.name}", disable=None if env.is_main else True, leave=False):
         x, y = next(batches)
         # An epoch index past the phase's end: a subnet stream training never draws.
-        archs = step_subnets(r.space, phase, trainer.inplace, r.seed, p, phase.total_epochs, i)
+        archs = step_subnets(r.space, phase, ps.inplace, r.seed, p, phase.total_epochs, i)
         torch.manual_seed(step_seed(r.seed, p, phase.total_epochs, i, env.rank))
         trainer.net.zero_grad(set_to_none=True)
-        _, norms = trainer.accumulate_gradients(archs, x, y, accumulate, True)
+        _, norms = ps.accumulate_gradients(archs, x, y, accumulate, True)
         small = all_reduce_sum(torch.tensor(norms.mean_sq, dtype=torch.float64, device=trainer.device), env)
-        average_gradients(trainer.params, env)
-        scale = trainer.scaler.get_scale() if trainer.scaler.is_enabled() else 1.0
-        per_step.append(
-            estimator.update(float(small) / env.world_size, grad_sq_norm(trainer.params, 1.0 / scale), b, b_big)
-        )
+        average_gradients(ps.params, env)
+        scale = ps.scaler.get_scale() if ps.scaler.is_enabled() else 1.0
+        per_step.append(estimator.update(float(small) / env.world_size, grad_sq_norm(ps.params, 1.0 / scale), b, b_big))
     trainer.net.zero_grad(set_to_none=True)
     summary = estimator.summary()
-    b_simple, images = summary["b_simple"], len(trainer.data.train)
-    now, lr = trainer.global_batch, phase.lr * trainer.lr_scale
+    b_simple, images = summary["b_simple"], len(session.data.train)
+    now, lr = session.global_batch, phase.lr * session.lr_scale
     suggested = suggest_batch_size(b_simple, images)
     return NoiseScaleResult(
         phase=phase.name,

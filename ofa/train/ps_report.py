@@ -1,0 +1,126 @@
+"""Evaluation and reporting of a progressive-shrinking run: subnets' accuracy, and the rows and lines it writes.
+
+Rows go to ``metrics.jsonl`` and the tracker (through the session's metrics log), lines to the
+console of rank 0: one per epoch, per evaluation, per phase end and for the final test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ofa.data.loaders import set_loader_epoch
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.train.evaluate import evaluate_arch
+from ofa.train.noise_scale import batch_advice
+from ofa.train.recipe import PhaseConfig, Recipe
+from ofa.train.session import TrainingSession
+
+Results = dict[str, dict[str, Any]]  # subnet name -> top1, loss, arch
+
+
+@torch.no_grad()
+def evaluate_subnets(
+    net: OFAMobileNetV3,
+    archs: dict[str, Arch],
+    loader: torch.utils.data.DataLoader,
+    session: TrainingSession,
+    calib: int,
+) -> Results:
+    """Top-1/loss of each subnet after BN recalibration on ``calib`` batches, leaving the network exactly as it was."""
+    saved = {k: v.clone() for k, v in net.named_buffers()}
+    active = net.active_arch
+    set_loader_epoch(session.calib_loader, 0)  # calibration images do not depend on where training is
+    results = {}
+    try:
+        for name, arch in archs.items():
+            sync = session.env.distributed
+            res = evaluate_arch(net, arch, session.calib_loader, loader, calib, session.device, sync=sync)
+            results[name] = {"top1": res["top1"], "loss": res["loss"], "arch": arch.to_dict()}
+    finally:
+        for k, v in net.named_buffers():
+            v.copy_(saved[k])
+        net.set_active(active)
+    return results
+
+
+def every_choice(space: SearchSpace) -> PhaseConfig:
+    """The whole space as a phase: what the final test draws its subnets from."""
+    return PhaseConfig(
+        name="final",
+        epochs=1,
+        lr=1.0,
+        kernels=space.kernels,
+        expands=space.expands,
+        depths=space.depths,
+        resolutions=space.resolutions,
+    )
+
+
+def corners(space: SearchSpace, results: Results) -> dict[str, dict[str, Any]]:
+    """The largest and smallest subnet's name and top-1 among ``results``."""
+    return {
+        key: {"name": name, "top1": v["top1"]}
+        for name, v in results.items()
+        for key, arch in (("largest", space.max_arch()), ("smallest", space.min_arch()))
+        if Arch.from_dict(v["arch"]) == arch
+    }
+
+
+class PSReport:
+    """The rows and console lines of one progressive-shrinking run."""
+
+    def __init__(self, recipe: Recipe, session: TrainingSession) -> None:
+        self.recipe, self.session = recipe, session
+
+    def _where(self, p: int) -> dict[str, Any]:
+        return {"phase": self.recipe.phases[p].name, "phase_index": p}
+
+    def epoch(self, p: int, epoch: int, global_epoch: int, noise: dict[str, float] | None) -> None:
+        phase, s = self.recipe.phases[p], self.session
+        row = {
+            "kind": "epoch",
+            **self._where(p),
+            "epoch": epoch + 1,
+            "epochs": phase.total_epochs,
+            "global_epoch": global_epoch,
+            **s.epoch_figures(),
+            "noise_scale": noise,
+        }
+        s.metrics.write(row)
+        noise_text = f", B_simple {noise['b_simple']:.0f}" if noise and noise["b_simple"] else ""
+        s.log(
+            f"{phase.name} epoch {epoch + 1}/{phase.total_epochs}: loss {row['loss']:.4f}, lr {s.last_lr:.3g}"
+            f"{noise_text}, {row['seconds']:.1f} s"
+        )
+
+    def evaluation(self, p: int, epoch: int, global_epoch: int, results: Results) -> None:
+        s = self.session
+        where = {**self._where(p), "epoch": epoch + 1, "global_epoch": global_epoch}
+        s.metrics.write({"kind": "eval", "split": "val", **where, "step": s.pos.global_step, "subnets": results})
+        s.log(f"{where['phase']} val top-1: " + ", ".join(f"{n} {v['top1']:.1f}" for n, v in results.items()))
+
+    def phase_end(self, p: int, noise: dict[str, float] | None) -> None:
+        s = self.session
+        row = {"kind": "phase", **self._where(p), "step": s.pos.global_step, "elapsed_s": s.pos.elapsed}
+        s.metrics.write({**row, "noise_scale": noise})
+        if noise:  # what the phase's noise scale says about the global batch (issue 17)
+            advice = batch_advice(s.global_batch, noise["b_simple"], len(s.data.train))
+            s.log(f"{row['phase']}: {advice}")
+
+    def test(self, results: Results, summary: dict[str, dict[str, Any]]) -> None:
+        pos = self.session.pos
+        self.session.metrics.write(
+            {
+                "kind": "test",
+                "split": "test",
+                "step": pos.global_step,
+                "subnets": results,
+                **summary,
+                "elapsed_s": pos.elapsed,
+                "cpu_s": pos.elapsed_cpu,
+            }
+        )
