@@ -63,6 +63,26 @@ def test_finetuned_subnet_is_a_loadable_timm_model_that_learned(reference, files
     assert not torch.equal(start.conv_stem.weight, model.conv_stem.weight)  # it trained
 
 
+def test_finetune_writes_tensorboard_events_that_match_metrics(reference):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rows = [json.loads(line) for line in (reference / "metrics.jsonl").read_text().splitlines()]
+    epochs, test = [r for r in rows if r["kind"] == "epoch"], rows[-1]
+    events = EventAccumulator(str(reference / "tensorboard"), size_guidance={"scalars": 0})  # 0: keep every value
+    events.Reload()
+    series = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    per_epoch = {"train/loss": "loss", "train/lr": "lr", "val_top1/subnet": "val_top1"}
+    assert set(series) == {*per_epoch, "test_top1/subnet", "train/step_loss", "train/step_lr"}
+    for tag, key in per_epoch.items():
+        assert [s for s, _ in series[tag]] == [r["step"] for r in epochs], tag
+        assert [v for _, v in series[tag]] == pytest.approx([r[key] for r in epochs], rel=1e-6), tag
+    assert series["test_top1/subnet"] == [(test["step"], pytest.approx(test["test_top1"], rel=1e-6))]
+    steps = [s for s, _ in series["train/step_loss"]]
+    assert steps == list(range(1, test["step"] + 1)) == [s for s, _ in series["train/step_lr"]]
+    last_of_epoch = [v for s, v in series["train/step_lr"] if s in {r["step"] for r in epochs}]
+    assert last_of_epoch == pytest.approx([r["lr"] for r in epochs], rel=1e-6)
+
+
 def test_sigkill_then_resume_is_bitwise_identical(reference, files, tmp_path):
     out = tmp_path / "run"
     kill_after = random.randint(2, 4 * 9 - 8)  # 4 epochs of 9 steps

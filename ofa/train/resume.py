@@ -30,11 +30,11 @@ RESUMABLE = (
 )
 
 
-def prepare_run_folder(out: str | Path, resume: bool) -> bool:
+def prepare_run_folder(out: str | Path, resume: bool, product: str = "supernet.pt", run: str = "training run") -> bool:
     """Create the run folder ``out`` if needed; returns whether it already holds a run to continue.
 
-    Raises `OFAError` when ``out`` holds a run (checkpoints or a supernet) and ``resume`` is
-    False, or when it cannot be created (a file in the way, no permission).
+    Raises `OFAError` when ``out`` holds a ``run`` (checkpoints or the ``product`` file it ends
+    with) and ``resume`` is False, or when it cannot be created (a file in the way, no permission).
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -43,9 +43,9 @@ def prepare_run_folder(out: str | Path, resume: bool) -> bool:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OFAError(f"{out}: cannot create the run folder ({exc.strerror or exc}); choose another --out") from None
-    held = bool(CheckpointStore(out / "checkpoints").paths()) or (out / "supernet.pt").exists()
+    held = bool(CheckpointStore(out / "checkpoints").paths()) or (out / product).exists()
     if held and not resume:
-        raise OFAError(f"{out}: already holds a training run; pass --resume to continue it or choose another --out")
+        raise OFAError(f"{out}: already holds a {run}; pass --resume to continue it or choose another --out")
     return held
 
 

@@ -3,8 +3,9 @@
 Every sink is optional: one that is requested but not installed is named in one line and skipped,
 and ``metrics.jsonl`` plus the PNG plots stay the record of a run. A `Tracker` turns the rows the
 trainer writes to ``metrics.jsonl`` into scalars (loss, lr, noise scale, each phase's corner
-subnets' accuracy) and the final test table, so the two never disagree. ``log_figures`` does the
-same for the series of other commands (search, latency-table checks).
+subnets' accuracy) and the final test table, and a fine-tuning run's into its loss, lr and top-1,
+so the two never disagree. ``log_figures`` does the same for the series of other commands
+(search, latency-table checks).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ class Tracker:
                 {
                     "train/loss": row["loss"],
                     "train/lr": row["lr"],
-                    "train/images_per_s": row["images_per_s"],
+                    "train/images_per_s": row.get("images_per_s"),  # None (dropped) in a fine-tuning row
+                    "val_top1/subnet": row.get("val_top1"),  # a fine-tuned subnet's, after each epoch
                     **{f"noise_scale/{k}": v for k, v in noise.items()},
                 },
                 step,
@@ -136,6 +138,8 @@ class Tracker:
             self.scalars(
                 {f"{row['split']}_loss/{row['phase']}/{name}": v["loss"] for name, v in row["subnets"].items()}, step
             )
+        elif kind == "test" and "test_top1" in row:  # a fine-tuned subnet
+            self.scalars({"test_top1/subnet": row["test_top1"]}, step)
         elif kind == "test":
             subnets = row["subnets"]
             self.scalars({f"test_top1/{name}": v["top1"] for name, v in subnets.items()}, step)
