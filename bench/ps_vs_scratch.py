@@ -30,20 +30,20 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ofa.data.config import missing_dataset  # noqa: E402
 from ofa.data.datasets import DataBundle, build_data  # noqa: E402
-from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch  # noqa: E402
+from ofa.data.loaders import make_loader, set_loader_epoch  # noqa: E402
 from ofa.families.mbv3.arch import Arch  # noqa: E402
 from ofa.families.mbv3.encoding import sample_arch  # noqa: E402
 from ofa.families.mbv3.space import SearchSpace  # noqa: E402
@@ -51,9 +51,10 @@ from ofa.families.mbv3.subnet import build_subnet  # noqa: E402
 from ofa.families.mbv3.supernet import OFAMobileNetV3  # noqa: E402
 from ofa.train import Recipe, train  # noqa: E402
 from ofa.train.bn import resize  # noqa: E402
+from ofa.train.distributed import DistEnv  # noqa: E402
 from ofa.train.evaluate import evaluate, evaluate_arch  # noqa: E402
-from ofa.train.optim import build_optimizer, lr_at, set_lr  # noqa: E402
 from ofa.train.recipe import PhaseConfig, recipe_from_dict  # noqa: E402
+from ofa.train.session import SessionConfig, TrainingSession, apply_gradients  # noqa: E402
 from ofa.utils.config import apply_overrides  # noqa: E402
 from ofa.utils.errors import OFAError  # noqa: E402
 from ofa.utils.io import read_json, read_yaml, write_json  # noqa: E402
@@ -185,36 +186,29 @@ class ScratchRun:
 
 
 def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: str) -> torch.nn.Module:
-    """The static timm subnet trained alone with the recipe's optimizer settings."""
+    """The static timm subnet trained alone with the recipe's optimizer settings (a session without a run folder)."""
     torch.manual_seed(run.seed)
     model = build_subnet(recipe.space, run.arch)
     warmup = min(recipe.phases[0].warmup_epochs, run.epochs - 1)
     schedule = PhaseConfig(name="scratch", epochs=run.epochs - warmup, warmup_epochs=warmup, lr=run.lr)
-    optimizer = build_optimizer(model, recipe.optimizer, run.lr)
-    loader = make_loader(
-        data.train,
-        recipe.data.batch_size,
-        shuffle=True,
-        seed=run.seed,
-        drop_last=True,
-        options=LoaderOptions(num_workers=recipe.data.num_workers),
+    # The grid's learning rates are used as they are: no scaling by optimizer.lr_reference_batch.
+    optim = dataclasses.replace(recipe.optimizer, lr_reference_batch=None)
+    session = TrainingSession(
+        SessionConfig(recipe.data, optim, run.seed, recipe.source), DistEnv.single_process(), data=data
     )
-    steps = len(loader)
+    optimizer = session.new_optimizer(model, run.lr)
+
+    def step(epoch: int, i: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        session.schedule_lr(optimizer, schedule, recipe.schedule, epoch, i)
+        logits = model(resize(x, run.arch.resolution))
+        loss = F.cross_entropy(logits, y, label_smoothing=recipe.optimizer.label_smoothing)
+        apply_gradients(loss, model, optimizer, recipe.optimizer.grad_clip)
+        return loss.item()
+
     model.train()
-    with tqdm(total=run.epochs * steps, desc=desc, unit="step", leave=False) as bar:
-        for epoch in range(run.epochs):
-            set_loader_epoch(loader, epoch)
-            for i, (x, y) in enumerate(loader):
-                set_lr(optimizer, lr_at(epoch * steps + i, steps, schedule, recipe.schedule))
-                loss = F.cross_entropy(
-                    model(resize(x, run.arch.resolution)), y, label_smoothing=recipe.optimizer.label_smoothing
-                )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if recipe.optimizer.grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.optimizer.grad_clip)
-                optimizer.step()
-                bar.update()
+    for epoch in range(run.epochs):
+        session.run_epoch(epoch, f"{desc} {epoch + 1}/{run.epochs}", partial(step, epoch))
+        session.next_epoch()
     return model
 
 
