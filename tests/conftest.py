@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,16 +16,6 @@ from ofa.families.mbv3.space import SearchSpace, StageSpec
 from ofa.train.checkpoint import CheckpointStore
 
 TINY_RECIPE = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"  # a few-second synthetic recipe
-BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
-
-
-def load_bench_script(name: str):
-    """A script of bench/ (not a package) imported as a module, registered under its name."""
-    spec = importlib.util.spec_from_file_location(name, BENCH_DIR / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session", autouse=True)

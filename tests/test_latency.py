@@ -13,8 +13,8 @@ import onnx
 import pytest
 import torch
 import yaml
-from conftest import load_bench_script
 
+from bench import standalone_latency
 from ofa.cli import main
 from ofa.families.mbv3.encoding import GeneLayout, sample_arch
 from ofa.families.mbv3.space import SearchSpace, StageSpec
@@ -34,7 +34,6 @@ from ofa.utils.errors import OFAError
 from search.latency import LatencyTable, space_from_arg
 
 FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "standalone_latency.py"
 
 
 def build(out, **settings) -> TableBuildConfig:
@@ -426,8 +425,11 @@ def test_export_measurement_is_standalone_whatever_built_the_table(space):
 
 
 def test_bench_plain_loop_is_its_own_timer_around_session_run(monkeypatch):
-    bench = load_bench_script("standalone_latency")
-    imported = {node.module for node in ast.walk(ast.parse(BENCH.read_text())) if isinstance(node, ast.ImportFrom)}
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(Path(standalone_latency.__file__).read_text()))
+        if isinstance(node, ast.ImportFrom)
+    }
     assert "search.latency" in imported and not imported & {"ofa.lut.timing", "ofa.runtime.runtimes"}
     now, durations, runs = [0.0], iter([1.0] * 3 + [0.002, 0.001, 0.009, 0.001, 0.003]), []
 
@@ -436,16 +438,17 @@ def test_bench_plain_loop_is_its_own_timer_around_session_run(monkeypatch):
             runs.append(feed)
             now[0] += next(durations)
 
-    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    assert bench.plain_loop(Session(), {"x": 1}, warmup=3, calls=5) == pytest.approx(2.0)  # median of the 5, in ms
+    monkeypatch.setattr(standalone_latency, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    median_ms = standalone_latency.plain_loop(Session(), {"x": 1}, warmup=3, calls=5)
+    assert median_ms == pytest.approx(2.0)  # median of the 5, in ms
     assert len(runs) == 8
     monkeypatch.undo()
     model = export_onnx(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3)), (1, 1, 8, 8))
-    assert bench.measure(model, 2, 10) > 0
+    assert standalone_latency.measure(model, 2, 10) > 0
     rows = [{"predicted_ms": p, "measured_ms": 1.0} for p in (1.05, 0.92, 1.2, 0.7)]
-    assert bench.share_within(rows) == 50.0 and bench.share_within([]) is None
+    assert standalone_latency.share_within(rows) == 50.0 and standalone_latency.share_within([]) is None
     again = [{"measured_ms": 1.0, "retest_ms": r} for r in (1.05, 0.95, 1.3, 0.5)]  # two within ±10% of the first
-    assert bench.retest_within(again) == 50.0 and bench.retest_within([]) is None
+    assert standalone_latency.retest_within(again) == 50.0 and standalone_latency.retest_within([]) is None
 
 
 def test_quiet_rounds_drop_busy_rounds_for_every_model():
