@@ -588,13 +588,31 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     assert set(meta["noise"]["per_resolution"]) == {8, 12} and "95% confidence" in meta["noise"]["criterion"]
     assert meta["protocol"]["estimator"] == "quantile" and meta["protocol"]["budget_s"] == 0
     capsys.readouterr()
-    # subnets are loaded and timed in blocks (here of at most 5 models, the probes in each resolution's first)
-    timed = []
-    original = lut_check.time_models
+    # subnets are loaded and timed in blocks (here of at most 5 models, the probes in each resolution's first),
+    # at known latencies: 8 px subnets at their prediction, 12 px ones at twice it, each 2% slower when timed
+    # again (the retest), the probes 1.25x their figure at the build (the machine drifted)
+    table = LatencyTable.load(table_path)
+    built = {a.short(): ms for r in (8, 12) for a, ms in table.probes(r)}
+    timed, seen = [], set()
+
+    def known_timing(runners, protocol, progress=None):
+        timed.append(len(runners))
+        stats = {}
+        for key, arch in runners.items():
+            if key.startswith("<probe>"):
+                ms = 1.25 * built[arch.short()]
+            else:
+                again = arch.short() in seen
+                seen.add(arch.short())
+                ms = table.predict(arch) * (2.0 if arch.resolution == 12 else 1.0) * (1.02 if again else 1.0)
+            stats[key] = {"mean_ms": ms, "std_ms": 0.0, "count": 4, "spread_pct": 0.0, "ci_pct": 0.0}
+        return stats
+
     monkeypatch.setattr(lut_check, "MAX_LOADED", 5)
     monkeypatch.setattr(
-        lut_check, "time_models", lambda runners, *a: (timed.append(len(runners)), original(runners, *a))[1]
+        lut_check, "subnet_runners", lambda sp, archs, *a: {f"{i}:{x.short()}": x for i, x in enumerate(archs)}
     )
+    monkeypatch.setattr(lut_check, "time_models", known_timing)
     assert (
         main(
             [
@@ -620,11 +638,15 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     assert timed == [2 + lut_build.PROBES, 2, 2] * 2  # first block, second block, first block again (retest)
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 8 and set(summary["per_resolution"]) == {"8", "12"}
-    assert all(s["machine_drift"] > 0 and s["noise_pct"] >= 0 for s in summary["per_resolution"].values())
+    per = summary["per_resolution"]
+    assert all(s["machine_drift"] == 1.25 and s["noise_pct"] == 2.0 for s in per.values())
+    assert per["8"]["mape"] == 0.0 and per["8"]["within_10pct"] == 100.0  # measured as predicted
+    assert per["12"]["mape"] == pytest.approx(50.0, abs=0.1) and per["12"]["within_10pct"] == 0.0  # half of it
+    assert per["8"]["drift_adjusted"]["mape"] == pytest.approx(25.0, abs=0.1)  # 1.25x slower, divided out
     assert summary["protocol"]["kind"] == "standalone" and summary["protocol"]["blocks"] == 4
-    assert {"mape", "within_10pct", "spearman"} <= set(summary) and summary["mape"] >= 0
+    assert {"mape", "within_10pct", "spearman"} <= set(summary) and summary["within_10pct"] == 50.0
+    assert summary["mape"] == pytest.approx(25.0, abs=0.1)
     rows = [json.loads(line) for line in (out / "check.jsonl").read_text().splitlines()]
-    table = LatencyTable.load(table_path)
     reserved = {json.dumps(a.to_dict()) for a in table.calibration_archs()}
     reserved |= {json.dumps(a.to_dict()) for r in (8, 12) for a, _ in table.probes(r)}
     assert len(table.probes(8)) == lut_build.PROBES and len(reserved) == 2 * (3 + lut_build.PROBES)

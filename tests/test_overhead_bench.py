@@ -15,6 +15,25 @@ from ofa.families.mbv3.elastic import ElasticSqueezeExcite
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 
 
+class ForwardClock:
+    """A clock that moves only when a model runs forward, by that model's known cost: step times with a known
+    answer."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def charge(self, model: torch.nn.Module, cost) -> None:
+        """Each forward of ``model`` advances the clock by ``cost()``."""
+
+        def advance(module, inputs):
+            self.now += cost()
+
+        model.register_forward_pre_hook(advance)
+
+
 def test_each_round_times_both_sides_and_trains_both():
     torch.manual_seed(0)
     space = tiny_space()
@@ -27,11 +46,14 @@ def test_each_round_times_both_sides_and_trains_both():
     before = {name: static.conv_stem.weight.clone() for name, (_, static, _) in runs.items()}
     stem = supernet.conv_stem.weight.clone()
     x, y = torch.randn(4, 3, 12, 12), torch.randint(0, space.num_classes, (4,))
-    times, ratios, faults = elastic_overhead.measure(supernet, supernet.set_active, runs, (x, y), 3, time.perf_counter)
+    clock, cost = ForwardClock(), {"max": (6.0, 4.0), "min": (3.0, 1.0)}  # seconds: (supernet, static twin)
+    clock.charge(supernet, lambda: cost["max" if supernet.active_arch == archs["max"] else "min"][0])
+    for name, (_, static, _) in runs.items():
+        clock.charge(static, lambda name=name: cost[name][1])
+    times, ratios, faults = elastic_overhead.measure(supernet, supernet.set_active, runs, (x, y), 3, clock)
+    assert ratios == {"max": [1.5] * 3, "min": [3.0] * 3}  # the two warm-up rounds are left out
     for name in archs:
-        sup, static = times[f"supernet_{name}"], times[f"static_{name}"]
-        assert len(sup) == len(static) == len(ratios[name]) == 3  # the two warm-up rounds are left out
-        assert ratios[name] == [a / b for a, b in zip(sup, static)]
+        assert times[f"supernet_{name}"] == [cost[name][0]] * 3 and times[f"static_{name}"] == [cost[name][1]] * 3
         assert all(isinstance(n, int) and n >= 0 for kind in ("supernet", "static") for n in faults[f"{kind}_{name}"])
         assert not torch.equal(runs[name][1].conv_stem.weight, before[name])
     assert not torch.equal(supernet.conv_stem.weight, stem)
@@ -122,12 +144,26 @@ def test_bad_flags_exit_with_a_usage_error(flags, monkeypatch, capsys):
 FAKE_OFFICIAL = """
 import copy
 import json
+import time
 from pathlib import Path
 
 from torch import nn
 
+NOW = [0.0]
+time.perf_counter = lambda: NOW[0]  # the worker's clock moves only when one of the models below runs forward
 
-class OFAMobileNetV3(nn.Module):  # stands in for the official supernet: records the subnets it runs
+
+class Static(nn.Module):  # a static network whose step takes 2 s on that clock
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        NOW[0] += 2.0
+        return self.net(x)
+
+
+class OFAMobileNetV3(nn.Module):  # stands in for the official supernet: records the subnets it runs; 3 s a step
     def __init__(self, n_classes, dropout_rate, width_mult, ks_list, expand_ratio_list, depth_list):
         super().__init__()
         self.net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, n_classes))
@@ -137,9 +173,10 @@ class OFAMobileNetV3(nn.Module):  # stands in for the official supernet: records
             f.write(json.dumps({"ks": ks, "e": e, "d": d}) + "\\n")
 
     def get_active_subnet(self, preserve_weight):
-        return copy.deepcopy(self.net)
+        return Static(copy.deepcopy(self.net))
 
     def forward(self, x):
+        NOW[0] += 3.0
         return self.net(x)
 """
 
@@ -154,7 +191,7 @@ def test_official_overhead_runs_the_official_package_on_our_three_subnets(tmp_pa
     assert official_overhead.main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for name in ("max", "mid", "min"):
-        assert len(result[f"overhead_{name}_runs"]) == 2 and result[f"overhead_{name}"] > 0
+        assert result[f"overhead_{name}_runs"] == [1.5, 1.5] and result[f"overhead_{name}"] == 1.5  # 3 s / 2 s
     seen = [json.loads(line) for line in (networks / "seen.jsonl").read_text().splitlines()]
     expected = official_overhead.official_subnets(8)
     assert expected["min"] == {"ks": [3] * 20, "e": [3] * 20, "d": [2] * 5}
