@@ -18,12 +18,12 @@ checked on a geometric grid of example counts (8% apart). Every run trains micro
 batch of B_simple is that micro-batch. In a phase that trains several subnets per step, an
 example is one training image (it passes through each of the step's subnets).
 
-    python bench/critical_batch.py RECIPE [--phase NAME --run DIR] [--batches 16 32 ...] [--json]
+    python -m bench.critical_batch RECIPE [--phase NAME --run DIR] [--batches 16 32 ...] [--json]
 
 The ratio B_crit / B_simple carries both uncertainties: the fit's (its covariance) and B_simple's
 own standard error over its measurement steps (`ofa.train.noise_scale.b_simple_log_sd`).
 
-Writes bench/critical_batch.png or --out (steps vs examples per batch size, the fitted curve, B_crit and
+Writes bench/data/critical_batch.png or --out (steps vs examples per batch size, the fitted curve, B_crit and
 B_simple); prints one JSON object as the last line.
 """
 
@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
+from bench.common import DATA, ROOT
 from ofa.data.config import missing_dataset
 from ofa.data.loaders import make_loader, set_loader_epoch
 from ofa.train.checkpoint import CheckpointStore
@@ -53,7 +54,6 @@ from ofa.train.recipe import Recipe, load_recipe
 from ofa.utils.errors import OFAError
 from ofa.utils.io import read_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
 # Per data set (the recipe's data.name), fixed before the sweep: a val loss that every batch size of
 # the default sweep reaches with some rate of its grid well inside --max-epochs. Fashion-MNIST's was set
 # from one pilot run at batch 512 (its rate x1 of the grid), which crossed it about halfway to 16 epochs.
@@ -368,7 +368,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-epochs", type=int, default=40)
     ap.add_argument("--noise-steps", type=int, default=30, help="B_simple measurement steps (default 30)")
     ap.add_argument("--noise-accumulate", type=int, default=16, help="micro-batches per measurement step (default 16)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "critical_batch.png"), help="the PNG to write")
+    ap.add_argument("--out", default=str(DATA / "critical_batch.png"), help="the PNG to write")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     return ap.parse_args(argv)
 

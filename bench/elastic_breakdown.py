@@ -1,7 +1,7 @@
 """Where the smallest subnet's elastic overhead goes: five models that compute the same function, each
 adding one part of the supernet to the one before.
 
-- ``static``: the extracted timm model (elastic_overhead.py's static twin, the baseline);
+- ``static``: the extracted timm model (`bench.elastic_overhead`'s static twin, the baseline);
 - ``same_se``: that model with the supernet's squeeze-excite code (matmuls on the pooled vector);
 - ``exact``: a supernet whose space holds only the smallest subnet's choices: the supernet's code with
   nothing elastic to do (no slices, kernel transforms or full-size tensors);
@@ -30,12 +30,8 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(1, str(HERE.parent))  # the ofa package of this checkout, installed or not
-
-from elastic_overhead import with_supernet_se  # noqa: E402
-from step_timing import (  # noqa: E402
+from bench.elastic_overhead import with_supernet_se
+from bench.step_timing import (
     add_timing_arguments,
     check_timing_arguments,
     invocation_command,
@@ -45,10 +41,9 @@ from step_timing import (  # noqa: E402
     sgd,
     summarize,
 )
-
-from ofa.families.mbv3.elastic import ElasticDepthwiseConv2d  # noqa: E402
-from ofa.families.mbv3.space import SearchSpace  # noqa: E402
-from ofa.families.mbv3.supernet import OFAMobileNetV3  # noqa: E402
+from ofa.families.mbv3.elastic import ElasticDepthwiseConv2d
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 PARTS = {  # part -> (model with it, model without it)
@@ -129,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.invocations == 1:
         result = one_invocation(args)
     else:
-        result = median_of_invocations(invocation_command(__file__, args), args.invocations, ["threads"])
+        result = median_of_invocations(
+            invocation_command("bench.elastic_breakdown", args), args.invocations, ["threads"]
+        )
     report(add_parts(result), args.json)
     return 0
 

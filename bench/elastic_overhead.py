@@ -18,19 +18,13 @@ elasticity costs (slices, kernel transforms, full-size gradients and optimizer s
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 from timm.models._efficientnet_blocks import SqueezeExcite
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(1, str(HERE.parent))  # the ofa package of this checkout, installed or not
-
-from step_timing import (  # noqa: E402
+from bench.step_timing import (
     add_timing_arguments,
     check_timing_arguments,
     invocation_command,
@@ -40,12 +34,11 @@ from step_timing import (  # noqa: E402
     sgd,
     summarize,
 )
-
-from ofa.families.mbv3.arch import Arch  # noqa: E402
-from ofa.families.mbv3.elastic import ElasticSqueezeExcite  # noqa: E402
-from ofa.families.mbv3.encoding import sample_arch  # noqa: E402
-from ofa.families.mbv3.space import SearchSpace  # noqa: E402
-from ofa.families.mbv3.supernet import OFAMobileNetV3  # noqa: E402
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.elastic import ElasticSqueezeExcite
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 
 
 def middle_arch(space: SearchSpace, resolution: int, samples: int = 1000, seed: int = 0) -> Arch:
@@ -100,7 +93,7 @@ def three_subnets(space: SearchSpace, resolution: int) -> dict[str, Arch]:
 def several_invocations(args: argparse.Namespace) -> dict[str, object]:
     """The measurement in ``args.invocations`` fresh processes, one after another: the median of their
     medians, and each one's median (``*_runs``)."""
-    command = invocation_command(__file__, args)
+    command = invocation_command("bench.elastic_overhead", args)
     command += ["--threads", str(args.threads)] if args.threads is not None else []
     command += ["--cpu-time"] if args.cpu_time else []
     command += ["--same-se"] if args.same_se else []

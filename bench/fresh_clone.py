@@ -27,7 +27,8 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.common import ROOT
+
 TOP1 = re.compile(r"test top-1: largest \(\S+\) ([\d.]+)%, smallest \(\S+\) ([\d.]+)%")
 PASSED = re.compile(r"(\d+) passed")
 

@@ -5,7 +5,7 @@ random perturbed weights, written by the official code) and the small w0.5 one, 
 logits of the supernet and of each extracted timm subnet with the official network's for 12
 subnets each (target: max abs difference ≤ 1e-5; logits are of order 1-10).
 
-    python bench/official_import.py [--fixtures DIR] [--json]
+    python -m bench.official_import [--fixtures DIR] [--json]
 
 The fixtures live outside the repository (../shared/fixtures/ofa_official); without them the
 script says so in one line and exits 0.
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
+from bench.common import ROOT
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.official import import_official
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_FIXTURES = ROOT.parent / "shared" / "fixtures" / "ofa_official"
 TARGET_ATOL = 1e-5
 

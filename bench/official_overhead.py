@@ -1,17 +1,18 @@
-"""The official OFA code's cost of elasticity, timed exactly as elastic_overhead.py times ours.
+"""The official OFA code's cost of elasticity, timed exactly as `bench.elastic_overhead` times ours.
 
 One SGD step of the official ``OFAMobileNetV3`` (w1.0, kernels 3/5/7, expands 3/4/6, depths 2/3/4)
 with a subnet active, against the static network its ``get_active_subnet(preserve_weight=True)``
-returns: batch 16, 128 px, 1000 classes, the same three subnets as elastic_overhead.py (largest,
+returns: batch 16, 128 px, 1000 classes, the same three subnets as `bench.elastic_overhead` (largest,
 middle, smallest of our OFA-MBv3 space, in the official encoding), the same interleaved rounds,
 optimizer and median of per-round ratios, and ``--invocations N`` fresh processes.
 
 The official package is not a dependency (its import name is ``ofa``, like ours). Point ``--official``
 at its wheel or at a folder holding its ``ofa`` package; the measurement then runs in processes
-whose ``ofa`` is the official one:
+whose ``ofa`` is the official one (it comes first on their path, and they run outside the repository,
+whose own ``ofa`` folder would otherwise shadow it):
 
     pip download ofa==0.1.0.post202307202001 --no-deps -d runs/official
-    python bench/official_overhead.py --official runs/official/ofa-0.1.0.post202307202001-py3-none-any.whl
+    python -m bench.official_overhead --official runs/official/ofa-0.1.0.post202307202001-py3-none-any.whl
 
 Without it, the script says so in one line and exits 0.
 """
@@ -20,25 +21,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench import step_timing as timing
+from bench.common import ROOT
 
-import step_timing as timing  # noqa: E402
-
-DEFAULT_WHEEL = HERE.parent / "runs" / "official" / "ofa-0.1.0.post202307202001-py3-none-any.whl"
+DEFAULT_WHEEL = ROOT / "runs" / "official" / "ofa-0.1.0.post202307202001-py3-none-any.whl"
 
 
 def official_subnets(resolution: int) -> dict[str, dict[str, list[int]]]:
-    """elastic_overhead.py's three subnets in the official encoding (ks, e, d)."""
-    sys.path.insert(1, str(HERE.parent))  # this checkout's ofa: only in the parent process
-    from elastic_overhead import three_subnets
-
+    """`bench.elastic_overhead`'s three subnets in the official encoding (ks, e, d)."""
+    # This project's ofa, imported here in the parent process only: the workers' ofa is the official one.
+    from bench.elastic_overhead import three_subnets
     from ofa.families.mbv3.space import SearchSpace
 
     subnets = three_subnets(SearchSpace.mbv3(), resolution)
@@ -85,9 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps({"skipped": f"no official ofa package at {args.official}"}))
         return 0
-    command = [*timing.invocation_command(__file__, args), "--worker", json.dumps(official_subnets(args.resolution))]
-    env = {"PYTHONPATH": str(args.official.resolve())}  # ahead of site-packages: `import ofa` is the official one
-    timing.report(timing.median_of_invocations(command, args.invocations, ["threads"], env), args.json)
+    command = [*timing.invocation_command("bench.official_overhead", args), "--worker"]
+    command.append(json.dumps(official_subnets(args.resolution)))
+    # The official ofa ahead of site-packages and of this repository (which gives `bench`); the workers run in
+    # bench/, where no `ofa` folder stands first on their path.
+    env = {"PYTHONPATH": os.pathsep.join([str(args.official.resolve()), str(ROOT)])}
+    runs = timing.median_of_invocations(command, args.invocations, ["threads"], env, cwd=ROOT / "bench")
+    timing.report(runs, args.json)
     return 0
 
 

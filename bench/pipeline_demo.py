@@ -5,7 +5,7 @@ smallest subnet after training (targets: training ≤ 4 min, largest ≥ 97%, sm
 exported model its ONNX parity (max |logit difference| against PyTorch), test top-1, and predicted vs
 measured latency. Prints one JSON object last.
 
-    python bench/pipeline_demo.py [RECIPE] [--out DIR] [--json]
+    python -m bench.pipeline_demo [RECIPE] [--out DIR] [--json]
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench.common import ROOT
 from ofa.pipeline import PipelineConfig, run_pipeline
 from ofa.utils.io import read_json
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def training_summary(out: Path) -> dict:

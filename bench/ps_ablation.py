@@ -1,14 +1,14 @@
 """Schedule ablations for progressive shrinking: one recorded run per change, and the docs table from them.
 
 Each run trains a supernet with the recipe plus the run's overrides (``--set``) and compares the
-smallest, middle and largest subnets with their from-scratch twins (``bench/ps_vs_scratch.py``:
+smallest, middle and largest subnets with their from-scratch twins (`bench.ps_vs_scratch`:
 same caches, so a twin trains once for every ablation that shares its data and optimizer). The
-result is recorded under its name in ``bench/ps_ablation.json``; ``--render`` rewrites the table
+result is recorded under its name in ``bench/data/ps_ablation.json``; ``--render`` rewrites the table
 in ``docs/progressive_shrinking.md`` between its markers from those records, never from typed figures.
 
-    python bench/ps_ablation.py --name NAME --change "what differs" [--recipe fashion] [--set K=V ...]
+    python -m bench.ps_ablation --name NAME --change "what differs" [--recipe fashion] [--set K=V ...]
         [--proxy K=V ...] [--seeds 0] [--scratch-epochs N] [--scratch-lr LR]
-    python bench/ps_ablation.py --render
+    python -m bench.ps_ablation --render
 """
 
 from __future__ import annotations
@@ -19,17 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from bench import ps_vs_scratch as ps
+from bench.common import DATA, ROOT
+from ofa.utils.errors import OFAError
+from ofa.utils.io import read_json, write_json, write_text
 
-import ps_vs_scratch as bench  # noqa: E402
-
-from ofa.utils.errors import OFAError  # noqa: E402
-from ofa.utils.io import read_json, write_json, write_text  # noqa: E402
-
-RECORDS = HERE / "ps_ablation.json"
-DOC = HERE.parent / "docs" / "progressive_shrinking.md"
-BEGIN, END = "<!-- ablation table: bench/ps_ablation.py --render -->", "<!-- end of ablation table -->"
+RECORDS = DATA / "ps_ablation.json"
+DOC = ROOT / "docs" / "progressive_shrinking.md"
+BEGIN, END = "<!-- ablation table: python -m bench.ps_ablation --render -->", "<!-- end of ablation table -->"
 SHOWN = ("smallest", "middle", "largest")
 
 
@@ -37,9 +34,9 @@ def load_records() -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in read_json(RECORDS, "ablation records")} if RECORDS.is_file() else {}
 
 
-def record(name: str, change: str, cfg: bench.BenchConfig, proxy: tuple[str, ...]) -> dict[str, Any]:
+def record(name: str, change: str, cfg: ps.BenchConfig, proxy: tuple[str, ...]) -> dict[str, Any]:
     """Run one ablation (PS and the scratch twins of smallest/middle/largest) and store its record."""
-    report = bench.run(cfg)
+    report = ps.run(cfg)
     largest = report["subnets"]["largest"]["scratch"]  # the E-epoch twin: every record divides by it
     largest_scratch = largest["seconds"]
     row = {
@@ -142,14 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scratch-lr", type=float)
     p.add_argument("--lr-factors", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="the scratch lr grid")
     p.add_argument("--no-convergence", action="store_true")
-    p.add_argument("--cache", type=Path, default=bench.DEFAULT_CACHE)
+    p.add_argument("--cache", type=Path, default=ps.DEFAULT_CACHE)
     p.add_argument("--render", action="store_true", help="only rewrite the docs table from the records")
     a = p.parse_args(argv)
     try:
         if not a.render:
             if not a.name:
                 p.error("--name is required to record a run")
-            cfg = bench.BenchConfig(
+            cfg = ps.BenchConfig(
                 recipe=a.recipe,
                 overrides=(*a.proxy, *a.set),
                 seeds=tuple(a.seeds),

@@ -16,7 +16,7 @@ resolved recipe and seed for a supernet; the space, data, optimizer, subnet, lr,
 for a scratch run), so an interrupted or extended benchmark reruns nothing it has; a supernet run
 also resumes from its last checkpoint. A recipe whose data is missing is skipped with one line.
 
-    python bench/ps_vs_scratch.py [--recipe digits|fashion|PATH] [--seeds 0 1] [--scratch-epochs N]
+    python -m bench.ps_vs_scratch [--recipe digits|fashion|PATH] [--seeds 0 1] [--scratch-epochs N]
         [--random 5] [--subnet-seed 0] [--lr-factors 0.5 1 2] [--set KEY=VALUE ...] [--json]
 """
 
@@ -38,26 +38,24 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from ofa.data.config import missing_dataset  # noqa: E402
-from ofa.data.datasets import DataBundle, build_data  # noqa: E402
-from ofa.data.loaders import make_loader, set_loader_epoch  # noqa: E402
-from ofa.families.mbv3.arch import Arch  # noqa: E402
-from ofa.families.mbv3.encoding import sample_arch  # noqa: E402
-from ofa.families.mbv3.space import SearchSpace  # noqa: E402
-from ofa.families.mbv3.subnet import build_subnet  # noqa: E402
-from ofa.families.mbv3.supernet import OFAMobileNetV3  # noqa: E402
-from ofa.train import Recipe, train  # noqa: E402
-from ofa.train.bn import resize  # noqa: E402
-from ofa.train.distributed import DistEnv  # noqa: E402
-from ofa.train.evaluate import evaluate, evaluate_arch  # noqa: E402
-from ofa.train.recipe import PhaseConfig, recipe_from_dict  # noqa: E402
-from ofa.train.session import SessionConfig, TrainingSession, apply_gradients  # noqa: E402
-from ofa.utils.config import apply_overrides  # noqa: E402
-from ofa.utils.errors import OFAError  # noqa: E402
-from ofa.utils.io import read_json, read_yaml, write_json  # noqa: E402
+from bench.common import DATA, ROOT
+from ofa.data.config import missing_dataset
+from ofa.data.datasets import DataBundle, build_data
+from ofa.data.loaders import make_loader, set_loader_epoch
+from ofa.families.mbv3.arch import Arch
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.subnet import build_subnet
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.train import Recipe, train
+from ofa.train.bn import resize
+from ofa.train.distributed import DistEnv
+from ofa.train.evaluate import evaluate, evaluate_arch
+from ofa.train.recipe import PhaseConfig, recipe_from_dict
+from ofa.train.session import SessionConfig, TrainingSession, apply_gradients
+from ofa.utils.config import apply_overrides
+from ofa.utils.errors import OFAError
+from ofa.utils.io import read_json, read_yaml, write_json
 
 RECIPES = {"digits": ROOT / "recipes" / "digits.yaml", "fashion": ROOT / "recipes" / "fashion_mnist.yaml"}
 TARGET_POINTS = 0.5  # every PS subnet within this of its from-scratch twin, or better
@@ -65,7 +63,7 @@ CONVERGED_POINTS = 0.3  # scratch top-1 at 2x epochs within this of top-1 at 1x:
 BUDGET_RATIO = 4.0  # PS wall seconds <= this x the largest subnet's scratch run at its converged epochs
 # Finished runs' records (JSON, metrics, recipe) are kept in the repository: the full benchmark takes
 # hours of CPU, so a clone reports from them and only trains what is missing (--cache DIR starts afresh).
-DEFAULT_CACHE = ROOT / "bench" / "ps_runs"
+DEFAULT_CACHE = DATA / "ps_runs"
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """Run the benchmarks, collect the JSON object each prints last, write bench/RESULTS.md and README's results.
 
-Each benchmark runs in its own process, one after the other, so none competes with another for the
-CPU. Results are kept in bench/results.json: ``--only NAME`` reruns a subset and keeps the other
-entries; an entry whose command is no longer the benchmark's command is kept, marked stale with its date
-and old command, until the new command runs: no row is dropped silently. RESULTS.md
-is rendered from all entries, and README.md's results table (between the ``results:begin`` /
-``results:end`` markers) is copied from the same entries, so no figure there is typed by hand.
-``--quick`` uses smaller settings and writes neither file. Long benchmarks run only when named (the
-progressive-shrinking ones cache their finished runs, so a rerun resumes).
+Each benchmark runs in its own process (``python -m bench.NAME`` from the repository root), one after
+the other, so none competes with another for the CPU. Results are kept in bench/data/results.json:
+``--only NAME`` reruns a subset and keeps the other entries; an entry whose command is no longer the
+benchmark's command is kept, marked stale with its date and old command, until the new command runs:
+no row is dropped silently. RESULTS.md is rendered from all entries, and README.md's results table
+(between the ``results:begin`` / ``results:end`` markers) is copied from the same entries, so no figure
+there is typed by hand. ``--quick`` uses smaller settings and writes neither file; ``--render`` runs
+nothing and writes RESULTS.md and README's table again from the stored entries. Long benchmarks run
+only when named (the progressive-shrinking ones cache their finished runs, so a rerun resumes).
 """
 
 from __future__ import annotations
@@ -24,12 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))  # the ofa package of this checkout, installed or not
-
-from ofa.lut.pack_readme import TOOLS  # noqa: E402
-from ofa.utils.io import write_json, write_text  # noqa: E402
+from bench.common import DATA, ROOT, last_json
+from ofa.lut.pack_readme import TOOLS
+from ofa.utils.io import write_json, write_text
 
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -46,19 +44,36 @@ class Benchmark:
 
 
 def critical_batch_bench(recipe: str, args: list[str], meaning: str) -> Benchmark:
-    """``bench/critical_batch.py`` on one recipe; its quick form is a 3-batch smoke run to an easy target."""
+    """`bench.critical_batch` on one recipe; its quick form is a 3-batch smoke run to an easy target."""
     quick = ["--batches", "32", "64", "128", "--target", "1.5", "--max-epochs", "1", "--noise-steps", "2"]
     png = f"runs/bench/critical_batch_{Path(recipe).stem}_quick.png"
     return Benchmark(
-        ["bench/critical_batch.py", recipe, *args, "--json"],
+        ["-m", "bench.critical_batch", recipe, *args, "--json"],
         meaning,
-        ["bench/critical_batch.py", recipe, "--json", *quick, "--noise-accumulate", "4", "--out", png],
+        ["-m", "bench.critical_batch", recipe, "--json", *quick, "--noise-accumulate", "4", "--out", png],
         {
             "b_crit": "B_crit",
             "b_simple": "B_simple",
             "ratio": "B_crit / B_simple",
             "ratio_low": "68% from",
             "ratio_high": "to",
+        },
+        on_request=True,
+    )
+
+
+def ps_bench(recipe: str, args: list[str], quick_args: list[str], meaning: str) -> Benchmark:
+    """`bench.ps_vs_scratch` on one recipe; its quick form trains one seed of the corner subnets, one lr."""
+    module = ["-m", "bench.ps_vs_scratch", "--recipe", recipe]
+    quick = ["--seeds", "0", "--random", "0", "--lr-factors", "1", "--no-convergence", *quick_args]
+    return Benchmark(
+        [*module, *args, "--json"],
+        meaning,
+        [*module, *quick, "--json"],
+        {
+            "within_target": "every subnet within 0.5 points",
+            "cpu_ratio": "PS / scratch-largest at its converged epochs, CPU time",
+            "scratch_converged": "scratch converged",
         },
         on_request=True,
     )
@@ -86,11 +101,11 @@ BENCHMARK_APP = TOOLS["openvino"]  # (what, command, regex) as a pack's README g
 
 BENCHMARKS: dict[str, Benchmark] = {
     "elastic_overhead": Benchmark(
-        ["bench/elastic_overhead.py", "--json", "--invocations", "3"],
+        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3"],
         "one SGD step of the supernet / the extracted static model, largest, middle (median MACs of 1,000 "
         "seeded samples) and smallest subnet: in each of 3 processes the median of per-round ratios; the "
         "median of the 3 and each one (target ≤ 1.03)",
-        ["bench/elastic_overhead.py", "--json", "--rounds", "5"],
+        ["-m", "bench.elastic_overhead", "--json", "--rounds", "5"],
         {
             "overhead_max": "largest subnet",
             "overhead_max_runs": "runs",
@@ -101,19 +116,19 @@ BENCHMARKS: dict[str, Benchmark] = {
         },
     ),
     "elastic_overhead_same_se": Benchmark(
-        ["bench/elastic_overhead.py", "--json", "--invocations", "3", "--same-se"],
+        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--same-se"],
         "as elastic_overhead, but the static twin runs the supernet's squeeze-excite code (matmuls on the "
         "pooled vector, not timm's 1x1 convolutions): what elasticity alone costs",
-        ["bench/elastic_overhead.py", "--json", "--rounds", "5", "--same-se"],
+        ["-m", "bench.elastic_overhead", "--json", "--rounds", "5", "--same-se"],
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
     ),
     "elastic_breakdown": Benchmark(
-        ["bench/elastic_breakdown.py", "--json", "--invocations", "3"],
+        ["-m", "bench.elastic_breakdown", "--json", "--invocations", "3"],
         "where the smallest subnet's overhead goes: SGD step / the static twin's for four models that compute "
         "the same function, each adding one part of the supernet (its SE code, its block code with nothing "
         "elastic, elastic widths and depths, kernel transforms); part_* = differences of successive ratios; "
         "101 rounds in each of 3 processes, each round in a fresh seeded order",
-        ["bench/elastic_breakdown.py", "--json", "--rounds", "3"],
+        ["-m", "bench.elastic_breakdown", "--json", "--rounds", "3"],
         {
             "part_se_code": "SE code",
             "part_block_code": "block code",
@@ -123,27 +138,27 @@ BENCHMARKS: dict[str, Benchmark] = {
         on_request=True,
     ),
     "official_overhead": Benchmark(
-        ["bench/official_overhead.py", "--json", "--invocations", "3"],
+        ["-m", "bench.official_overhead", "--json", "--invocations", "3"],
         "the official OFA code timed as elastic_overhead times ours (its supernet's SGD step / its "
         "get_active_subnet model's, same three subnets, 3 processes); needs the official wheel in runs/official "
         "(see the script)",
-        ["bench/official_overhead.py", "--json", "--invocations", "1", "--rounds", "3"],
+        ["-m", "bench.official_overhead", "--json", "--invocations", "1", "--rounds", "3"],
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest", "skipped": "skipped"},
         on_request=True,
     ),
     "search_speed": Benchmark(
-        ["bench/search_speed.py", "--json"],
+        ["-m", "bench.search_speed", "--json"],
         "seconds of one default OFA evolutionary search on the mbv3 table (target ≤ 1 s), "
         "and its result vs the best of 10,000 random feasible subnets",
-        ["bench/search_speed.py", "--json"],
+        ["-m", "bench.search_speed", "--json"],
         {"seconds": "seconds", "found_top1": "found top-1", "random_best_top1": "best random top-1"},
     ),
     "pipeline_demo": Benchmark(
-        ["bench/pipeline_demo.py", "--json"],
+        ["-m", "bench.pipeline_demo", "--json"],
         "`ofa pipeline recipes/digits.yaml` in a fresh folder: training and pipeline wall time, test top-1 of "
         "the largest and smallest subnet (targets: training ≤ 4 min, ≥ 97% / ≥ 93%), and per exported model "
         "its ONNX parity, test top-1 and predicted vs measured latency",
-        ["bench/pipeline_demo.py", "--json"],
+        ["-m", "bench.pipeline_demo", "--json"],
         {
             "train_seconds": "training s",
             "largest_top1": "largest top-1",
@@ -154,13 +169,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         on_request=True,
     ),
     "fresh_clone": Benchmark(
-        ["bench/fresh_clone.py", "--busy", "--repeat", "3", "--json"],
+        ["-m", "bench.fresh_clone", "--busy", "--repeat", "3", "--json"],
         "a new user's `make demo` (three fresh clones of the committed tree), `make test` (the first): install, demo "
         "pipeline (table built on this machine) and test seconds (targets on the reference machine: pipeline "
         "≤ 100 s, make test ≤ 3 min; install + demo ≤ 10 min on a machine 3× slower), the demo's test top-1 "
         "(largest ≥ 98.5%, smallest ≥ 97.5% on 360 images), the table's noise per resolution, and the demo's "
         "table stage again under a busy loop pinned to the measuring core (it must warn and still write)",
-        ["bench/fresh_clone.py", "--no-test", "--json"],
+        ["-m", "bench.fresh_clone", "--no-test", "--json"],
         {
             "install_seconds": "install s",
             "demo_pipeline_seconds": "pipeline s",
@@ -201,12 +216,12 @@ BENCHMARKS: dict[str, Benchmark] = {
         "judged against the same tool's timings of 30 whole subnets per resolution",
     ),
     "standalone_latency": Benchmark(
-        ["bench/standalone_latency.py", "--json"],
+        ["-m", "bench.standalone_latency", "--json"],
         "predicted latency vs a plain standalone wall-clock loop (30 warm-up + 300 timed session.run calls, "
         "median): the demo's exported models (runs/digits/export) and 8 random mbv3 subnets each at 160 and "
         "224 px on the shipped table (target ≥ 90% within ±10% per group, table built on this machine), each "
         "subnet timed twice by the loop (the loop's own test-retest: the ceiling on this host)",
-        ["bench/standalone_latency.py", "--json", "--n", "2", "--calls", "50"],
+        ["-m", "bench.standalone_latency", "--json", "--n", "2", "--calls", "50"],
         {
             "demo_within_10pct": "demo models within ±10%",
             "subnets_within_10pct": "mbv3 subnets within ±10%",
@@ -215,11 +230,12 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     **{
         f"standalone_latency_{name}": Benchmark(
-            ["bench/standalone_latency.py", "--table", f"latency_tables/{table}", "--exports", "none", "--json"],
+            ["-m", "bench.standalone_latency", "--table", f"latency_tables/{table}", "--exports", "none", "--json"],
             f"the shipped {what} mbv3 table vs that runtime's own plain loop (30 warm-up + 300 timed calls, "
             "median), 8 random subnets each at 160 and 224 px (target ≥ 90% within ±10%)",
             [
-                "bench/standalone_latency.py",
+                "-m",
+                "bench.standalone_latency",
                 "--table",
                 f"latency_tables/{table}",
                 "--exports",
@@ -244,63 +260,25 @@ BENCHMARKS: dict[str, Benchmark] = {
         )
     },
     "official_import": Benchmark(
-        ["bench/official_import.py", "--json"],
+        ["-m", "bench.official_import", "--json"],
         "official OFA-MobileNetV3 checkpoints (w1.0 and w0.5 fixtures, 12 subnets each) imported: max abs "
         "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5)",
-        ["bench/official_import.py", "--json"],
+        ["-m", "bench.official_import", "--json"],
         {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
     ),
-    "ps_vs_scratch": Benchmark(
-        ["bench/ps_vs_scratch.py", "--recipe", "digits", "--json"],
+    "ps_vs_scratch": ps_bench(
+        "digits",
+        [],
+        [],
         "digits: test top-1 of 8 subnets, progressive shrinking vs the same subnet trained from scratch "
         "(best of an lr grid, 2 seeds each side; target: PS within 0.5 points or better, PS at most 4x the "
         "largest subnet's scratch run)",
-        [
-            "bench/ps_vs_scratch.py",
-            "--recipe",
-            "digits",
-            "--seeds",
-            "0",
-            "--random",
-            "0",
-            "--lr-factors",
-            "1",
-            "--no-convergence",
-            "--json",
-        ],
-        {
-            "within_target": "every subnet within 0.5 points",
-            "cpu_ratio": "PS / scratch-largest at its converged epochs, CPU time",
-            "scratch_converged": "scratch converged",
-        },
-        on_request=True,
     ),
-    "ps_vs_scratch_fashion": Benchmark(
-        ["bench/ps_vs_scratch.py", "--recipe", "fashion", "--scratch-epochs", "20", "--json"],
+    "ps_vs_scratch_fashion": ps_bench(
+        "fashion",
+        ["--scratch-epochs", "20"],
+        ["--set", "data.train_subset=2000", "--set", "data.test_subset=1000"],
         "Fashion-MNIST: the same comparison on recipes/fashion_mnist.yaml",
-        [
-            "bench/ps_vs_scratch.py",
-            "--recipe",
-            "fashion",
-            "--seeds",
-            "0",
-            "--random",
-            "0",
-            "--lr-factors",
-            "1",
-            "--no-convergence",
-            "--set",
-            "data.train_subset=2000",
-            "--set",
-            "data.test_subset=1000",
-            "--json",
-        ],
-        {
-            "within_target": "every subnet within 0.5 points",
-            "cpu_ratio": "PS / scratch-largest at its converged epochs, CPU time",
-            "scratch_converged": "scratch converged",
-        },
-        on_request=True,
     ),
     "critical_batch": critical_batch_bench(
         "recipes/digits.yaml",
@@ -316,7 +294,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         [
             *("--batches", *map(str, (16, 32, 64, 128, 256, 512, 1024, 2048))),
             *("--lr-factors", *map(str, (0.125, 0.25, 0.5, 1))),
-            *("--max-epochs", "16", "--out", "bench/critical_batch_fashion_mnist.png"),
+            *("--max-epochs", "16", "--out", "bench/data/critical_batch_fashion_mnist.png"),
         ],
         "the same on recipes/fashion_mnist.yaml at batch sizes 16-2048 with 4 rates each (0.125x to 1x: the best "
         "rate sat at the lowest of 0.5x-2x everywhere; target: validation loss 0.45; runs that miss it in 16 epochs "
@@ -344,13 +322,7 @@ def run_one(name: str, quick: bool) -> dict:
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PATH": path})
     seconds = time.perf_counter() - start
-    lines = [line for line in proc.stdout.strip().splitlines() if line.strip()]
-    result: dict = {}
-    if proc.returncode == 0 and lines:
-        try:
-            result = json.loads(lines[-1])
-        except json.JSONDecodeError:
-            result = {}
+    result = last_json(proc.stdout) if proc.returncode == 0 else {}
     if proc.returncode != 0 or not result:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         print(f"   failed (exit {proc.returncode}): {tail[0]}", flush=True)
@@ -409,7 +381,7 @@ def render(runs: list[dict]) -> str:
     lines = [
         "# Benchmark results",
         "",
-        "Written by `python bench/run_all.py`; each section gives the command, date and machine of its figures.",
+        "Written by `python -m bench.run_all`; each section gives the command, date and machine of its figures.",
         "Each figure is a ratio or a median measured within one run; rerun a line's command to reproduce it.",
         "",
     ]
@@ -482,7 +454,7 @@ def stale_note(run: dict) -> str:
     now = command_text(BENCHMARKS[run["name"]].command)
     return (
         f"**stale**: measured {run.get('date', '?')} with `{run['command']}`; the benchmark's command is now "
-        f"`{now}` (rerun: `python bench/run_all.py --only {run['name']}`)"
+        f"`{now}` (rerun: `python -m bench.run_all --only {run['name']}`)"
     )
 
 
@@ -491,9 +463,9 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run only these benchmarks")
     parser.add_argument("--quick", action="store_true", help="smaller settings (a smoke run, writes nothing)")
     parser.add_argument("--render", action="store_true", help="only re-render from results.json")
-    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
     args = parser.parse_args()
-    store = HERE / "results.json"
+    store = DATA / "results.json"
     names = [] if args.render else args.only or [n for n, b in BENCHMARKS.items() if not b.on_request]
     runs = [run_one(name, args.quick) for name in names]
     if args.quick:

@@ -13,26 +13,23 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench.common import ROOT
 from ofa.families.mbv3.encoding import GeneLayout
 from ofa.families.mbv3.space import SearchSpace
+from ofa.utils.errors import OFAError
 from search.dense import DenseCost
 from search.evolution import EvolutionConfig, SearchConfig, run_search
+from search.latency import LatencyTable
 from search.predictor.model import AccuracyPredictor
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def latency_model() -> tuple[SearchSpace, object, str]:
     """(space, latency, label): the mbv3 table and the space it was measured for (the paper space,
     or its subset of resolutions), else the paper space with a synthetic cost (MACs plus a per-layer charge)."""
-    from ofa.utils.errors import OFAError
-    from search.latency import LatencyTable
-
     why = "no latency_tables/*mbv3*.yaml yet"
     for path in sorted((ROOT / "latency_tables").glob("*mbv3*.yaml")):
         try:

@@ -35,7 +35,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.common import ROOT
+from ofa.families.mbv3.encoding import sample_arch
+from ofa.families.mbv3.subnet import build_subnet
+from ofa.runtime.convert import export_onnx
+from search.latency import LatencyTable
 
 
 def plain_session(model: str | bytes) -> ort.InferenceSession:
@@ -114,8 +118,6 @@ def executorch_call(module, shape: tuple[int, ...]):
 
 def measure_on(backend: str, module, shape: tuple[int, ...], warmup: int, calls: int) -> float:
     """A subnet timed by the plain loop of the runtime the table was built for."""
-    from ofa.runtime.convert import export_onnx
-
     if backend == "executorch-xnnpack":
         return timed_median(executorch_call(module, shape), warmup, calls)
     if backend == "openvino-cpu":
@@ -147,10 +149,6 @@ def demo_rows(folder: Path, warmup: int, calls: int) -> list[dict]:
 
 def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, warmup: int, calls: int) -> list[dict]:
     """Random subnets of the table's space, exported with random weights, predicted and measured."""
-    from ofa.families.mbv3.encoding import sample_arch
-    from ofa.families.mbv3.subnet import build_subnet
-    from search.latency import LatencyTable
-
     table = LatencyTable.load(table_path)
     space, rng, backend = table.space, np.random.default_rng(seed), table.meta["backend"]
     subnets = []
@@ -212,8 +210,6 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
-    from search.latency import LatencyTable
 
     demo = demo_rows(args.exports, args.warmup, args.calls) if args.exports.is_dir() else []
     if not demo:

@@ -1,8 +1,8 @@
 """Timing one SGD step of a supernet against the static models it is compared with; shared by
-elastic_overhead.py, official_overhead.py and elastic_breakdown.py.
+`bench.elastic_overhead`, `bench.official_overhead` and `bench.elastic_breakdown`.
 
-Imports nothing of this project: official_overhead.py runs it in a process whose ``ofa`` package is
-the official code's.
+Imports nothing of the ``ofa`` package: `bench.official_overhead` runs it in a process whose ``ofa``
+package is the official code's.
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from bench.common import ROOT, last_json
 
 Runs = dict[str, tuple[Any, torch.nn.Module, torch.optim.Optimizer]]  # name -> (arch, static twin, its optimizer)
 
@@ -154,24 +157,30 @@ def check_timing_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error("--rounds must be at least 2 (the quartiles of the per-round ratios need two)")
 
 
-def invocation_command(script: str, args: argparse.Namespace) -> list[str]:
-    """The command that runs ``script`` once in a fresh process with ``args``' timing flags, printing JSON."""
-    command = [sys.executable, script, "--json", "--invocations", "1", "--rounds", str(args.rounds)]
+def invocation_command(module: str, args: argparse.Namespace) -> list[str]:
+    """The command that runs ``module`` once in a fresh process with ``args``' timing flags, printing JSON."""
+    command = [sys.executable, "-m", module, "--json", "--invocations", "1", "--rounds", str(args.rounds)]
     return [*command, "--batch", str(args.batch), "--resolution", str(args.resolution)]
 
 
 def median_of_invocations(
-    command: list[str], invocations: int, passed_on: list[str], env: dict[str, str] | None = None
+    command: list[str],
+    invocations: int,
+    passed_on: list[str],
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
 ) -> dict[str, object]:
     """Run ``command`` (which prints a `summarize` result as JSON on its last line) in ``invocations``
-    fresh processes, one after another: the median of their ``overhead_*`` figures, each one's
-    (``*_runs``), their page faults (``faults_*_runs``), and the ``passed_on`` keys of the first."""
+    fresh processes in ``cwd``, one after another: the median of their ``overhead_*`` figures, each
+    one's (``*_runs``), their page faults (``faults_*_runs``), and the ``passed_on`` keys of the first."""
     runs = []
     for _ in range(invocations):
-        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})})
-        if done.returncode != 0:
-            sys.exit(f"{command[1]}: an invocation failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+        run = last_json(done.stdout) if done.returncode == 0 else {}
+        if not run:
+            why = (done.stderr.strip().splitlines() or ["no JSON result"])[-1]
+            sys.exit(f"{' '.join(command[1:3])}: an invocation failed: {why}")
+        runs.append(run)
     result: dict[str, object] = {}
     for name in runs[0]["ratios"]:
         figures = [run[f"overhead_{name}"] for run in runs]

@@ -2,32 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
 
 from ofa.families.mbv3.space import SearchSpace, StageSpec
+from ofa.runtime import runtimes
+from ofa.train.bn import resize
 from ofa.train.checkpoint import CheckpointStore
 
 TINY_RECIPE = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"  # a few-second synthetic recipe
-BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
-
-
-def load_bench_script(name: str):
-    """A script of bench/ (not a package) imported as a module, registered under its name."""
-    spec = importlib.util.spec_from_file_location(name, BENCH_DIR / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -115,3 +106,27 @@ def kill_at_step(cmd: list[str], checkpoints: Path, step: int) -> int:
     finally:
         proc.wait()
     return proc.returncode
+
+
+def known_call_ms(monkeypatch: pytest.MonkeyPatch, ms: float) -> None:
+    """Every runner's calls still run, but each reads ``ms`` on the wall and the CPU clock: a latency measured
+    meanwhile has a known true value, whatever the protocol's statistics."""
+
+    def timed_calls(call, calls, cpu_clock=None):
+        for _ in range(calls):
+            call()
+        return np.full(calls, ms), np.full(calls, ms)
+
+    monkeypatch.setattr(runtimes, "_timed_calls", timed_calls)
+
+
+def onnx_top1(path: str | Path, images: torch.utils.data.Dataset) -> float:
+    """Top-1 (%) of the ONNX file at ``path`` on labelled ``images``, counted here: a plain onnxruntime
+    session, one image per call, resized to the model's input as the elastic resolution does."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    spec = session.get_inputs()[0]
+    correct = 0
+    for x, y in images:
+        logits = session.run(None, {spec.name: resize(x[None].float(), spec.shape[-1]).numpy()})[0]
+        correct += int(logits[0].argmax() == int(y))
+    return 100.0 * correct / len(images)

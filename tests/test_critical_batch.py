@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import TINY_RECIPE, load_bench_script
+from conftest import TINY_RECIPE
 
+from bench import critical_batch
 from ofa.train.critical_batch import fit_tradeoff
 from ofa.utils.errors import OFAError
 
@@ -54,25 +55,23 @@ def test_fit_rejects_too_few_or_degenerate_points():
 
 
 def test_bench_skips_missing_data_and_refuses_a_data_set_without_a_fixed_target(tmp_path, capsys):
-    bench = load_bench_script("critical_batch")
     fashion = yaml.safe_load((ROOT / "recipes" / "fashion_mnist.yaml").read_text())
     fashion["data"]["root"] = str(tmp_path)  # no Fashion-MNIST files there
     recipe = tmp_path / "fashion.yaml"
     recipe.write_text(yaml.safe_dump(fashion))
-    assert bench.main([str(recipe), "--json"]) == 0
+    assert critical_batch.main([str(recipe), "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("critical_batch: skipped: ") and "dataset-fashion-mnist" in lines[0]
     assert json.loads(lines[-1])["skipped"] and not list(tmp_path.glob("*.png"))
 
-    assert bench.main([str(TINY_RECIPE), "--out", str(tmp_path / "c.png")]) == 2  # synthetic data: no target
+    assert critical_batch.main([str(TINY_RECIPE), "--out", str(tmp_path / "c.png")]) == 2  # synthetic data: no target
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "'synthetic'" in err and "--target" in err
 
 
 def test_bench_flags_batches_whose_best_rate_is_at_the_grid_edge_and_refuses_bad_factors(tmp_path, capsys):
-    bench = load_bench_script("critical_batch")
     runs = [
-        bench.Run(b, lr, steps, None if steps is None else b * steps, "")
+        critical_batch.Run(b, lr, steps, None if steps is None else b * steps, "")
         for b, lr, steps in [
             (16, 0.1, 90),
             (16, 0.2, 80),
@@ -86,17 +85,16 @@ def test_bench_flags_batches_whose_best_rate_is_at_the_grid_edge_and_refuses_bad
         ]
     ]  # best at the highest
     chosen = [runs[1], runs[3], runs[8]]
-    assert bench.grid_edge_batches(runs, chosen) == [64, 256]
-    assert bench.grid_edge_batches(runs[:1], runs[:1]) == []  # a single rate has no edge to speak of
+    assert critical_batch.grid_edge_batches(runs, chosen) == [64, 256]
+    assert critical_batch.grid_edge_batches(runs[:1], runs[:1]) == []  # a single rate has no edge to speak of
 
     args = [str(TINY_RECIPE), "--target", "1.0", "--lr-factors", "0.5", "0", "--out", str(tmp_path / "c.png")]
-    assert bench.main(args) == 2
+    assert critical_batch.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--lr-factors" in err and not list(tmp_path.glob("*.png"))
 
 
 def test_sweep_tries_the_last_best_factor_first_and_stops_runs_that_can_no_longer_win(monkeypatch):
-    bench = load_bench_script("critical_batch")
     full = {  # (batch, factor) -> steps the run would take to the target (None: never)
         (16, 0.5): 90, (16, 1.0): 100, (16, 2.0): 80,
         (64, 0.5): 40, (64, 1.0): 30, (64, 2.0): None,
@@ -109,12 +107,12 @@ def test_sweep_tries_the_last_best_factor_first_and_stops_runs_that_can_no_longe
         calls.append((batch, factor, max_steps))
         steps = full[batch, factor]
         if steps is None or (max_steps is not None and steps >= max_steps):
-            return bench.Run(batch, lr, None, None, "stopped or not reached"), None
-        return bench.Run(batch, lr, steps, steps * batch, "reached"), {"w": batch}
+            return critical_batch.Run(batch, lr, None, None, "stopped or not reached"), None
+        return critical_batch.Run(batch, lr, steps, steps * batch, "reached"), {"w": batch}
 
-    monkeypatch.setattr(bench, "train_to_target", fake_train)
-    sweep = bench.Sweep("r.yaml", None, None, (16, 64, 256), 16, 1.0, 1, 1, 1, Path("c.png"), (0.5, 1.0, 2.0))
-    runs, best, ref_weights = bench.sweep_runs(sweep, 0, None, 64, 1.0)
+    monkeypatch.setattr(critical_batch, "train_to_target", fake_train)
+    sweep = critical_batch.Sweep("r.yaml", None, None, (16, 64, 256), 16, 1.0, 1, 1, 1, Path("c.png"), (0.5, 1.0, 2.0))
+    runs, best, ref_weights = critical_batch.sweep_runs(sweep, 0, None, 64, 1.0)
     # factor 1 first, then by distance from the last batch size's best; later runs capped at the best so far
     assert calls == [
         (16, 1.0, None), (16, 0.5, 100), (16, 2.0, 90),

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import perturb, tiny_space
+from conftest import known_call_ms, perturb, tiny_space
 from test_export import fake_data
 
 from ofa import OFAMobileNetV3
@@ -43,16 +43,19 @@ def exported(net, tmp_path_factory):
     out = tmp_path_factory.mktemp("edge") / "model.onnx"
     arch = sample_arch(net.space, 3, resolutions=[16])
     cfg = ExportConfig(out, calib_batches=2, batch_size=32, formats=("openvino", "executorch", "onnx"))
-    return export_subnet(net, arch, cfg, data=fake_data(net.space)), out
+    with pytest.MonkeyPatch.context() as clock:
+        known_call_ms(clock, 0.25)  # every latency the export measures: 0.25 ms a call
+        return export_subnet(net, arch, cfg, data=fake_data(net.space)), out
 
 
 @pytest.mark.parametrize("backend", EDGE)
-def test_edge_backends_time_a_layer_and_the_empty_model(net, backend):
+def test_edge_backends_time_a_layer_and_the_empty_model(net, backend, monkeypatch):
+    known_call_ms(monkeypatch, 0.25)  # the runtime still runs each call; the clocks read 0.25 ms
     modules = LayerModules(net.space)
     key, (spec, module) = next(iter(modules.for_resolution(16).items()))
     runners = {key: make_runner(backend, module, input_shape(spec, 1), 1), "<empty>": empty_runner(backend, 1, 1)}
     stats = time_models(runners, Standalone(warmup=1, calls=5, blocks=3, block_ms=1.0, budget_s=0.0))
-    assert all(s["mean_ms"] > 0 and s["count"] >= 1 for s in stats.values())
+    assert all(s["mean_ms"] == 0.25 and s["count"] == 3 for s in stats.values())  # 3 blocks, no time budget
 
 
 def test_openvino_table_builds_with_overhead_and_correction_and_checks(tmp_path):
@@ -88,7 +91,7 @@ def test_export_writes_each_format_beside_onnx_and_in_the_folder(exported):
         assert all(Path(p).is_file() for p in f.files)
         assert f.parity.ok and f.parity.max_abs_diff <= PARITY_ATOL and f.parity.real_inputs == 64
         assert f.top1 == r.top1_fp32  # the very predictions of the ONNX model, image for image
-        assert f.latency is not None and f.latency.mean_ms > 0
+        assert f.latency is not None and f.latency.mean_ms == 0.25
         assert formats.FORMAT_BACKEND[f.format] in f.latency.source
     # the same metadata as the ONNX file, read back from each file
     onnx_props = {p.key: p.value for p in onnx.load(out).metadata_props}

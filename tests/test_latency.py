@@ -13,8 +13,8 @@ import onnx
 import pytest
 import torch
 import yaml
-from conftest import load_bench_script
 
+from bench import standalone_latency
 from ofa.cli import main
 from ofa.families.mbv3.encoding import GeneLayout, sample_arch
 from ofa.families.mbv3.space import SearchSpace, StageSpec
@@ -34,7 +34,6 @@ from ofa.utils.errors import OFAError
 from search.latency import LatencyTable, space_from_arg
 
 FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "standalone_latency.py"
 
 
 def build(out, **settings) -> TableBuildConfig:
@@ -426,8 +425,11 @@ def test_export_measurement_is_standalone_whatever_built_the_table(space):
 
 
 def test_bench_plain_loop_is_its_own_timer_around_session_run(monkeypatch):
-    bench = load_bench_script("standalone_latency")
-    imported = {node.module for node in ast.walk(ast.parse(BENCH.read_text())) if isinstance(node, ast.ImportFrom)}
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(Path(standalone_latency.__file__).read_text()))
+        if isinstance(node, ast.ImportFrom)
+    }
     assert "search.latency" in imported and not imported & {"ofa.lut.timing", "ofa.runtime.runtimes"}
     now, durations, runs = [0.0], iter([1.0] * 3 + [0.002, 0.001, 0.009, 0.001, 0.003]), []
 
@@ -436,16 +438,17 @@ def test_bench_plain_loop_is_its_own_timer_around_session_run(monkeypatch):
             runs.append(feed)
             now[0] += next(durations)
 
-    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    assert bench.plain_loop(Session(), {"x": 1}, warmup=3, calls=5) == pytest.approx(2.0)  # median of the 5, in ms
+    monkeypatch.setattr(standalone_latency, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    median_ms = standalone_latency.plain_loop(Session(), {"x": 1}, warmup=3, calls=5)
+    assert median_ms == pytest.approx(2.0)  # median of the 5, in ms
     assert len(runs) == 8
     monkeypatch.undo()
     model = export_onnx(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3)), (1, 1, 8, 8))
-    assert bench.measure(model, 2, 10) > 0
+    assert standalone_latency.measure(model, 2, 10) > 0
     rows = [{"predicted_ms": p, "measured_ms": 1.0} for p in (1.05, 0.92, 1.2, 0.7)]
-    assert bench.share_within(rows) == 50.0 and bench.share_within([]) is None
+    assert standalone_latency.share_within(rows) == 50.0 and standalone_latency.share_within([]) is None
     again = [{"measured_ms": 1.0, "retest_ms": r} for r in (1.05, 0.95, 1.3, 0.5)]  # two within ±10% of the first
-    assert bench.retest_within(again) == 50.0 and bench.retest_within([]) is None
+    assert standalone_latency.retest_within(again) == 50.0 and standalone_latency.retest_within([]) is None
 
 
 def test_quiet_rounds_drop_busy_rounds_for_every_model():
@@ -585,13 +588,31 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     assert set(meta["noise"]["per_resolution"]) == {8, 12} and "95% confidence" in meta["noise"]["criterion"]
     assert meta["protocol"]["estimator"] == "quantile" and meta["protocol"]["budget_s"] == 0
     capsys.readouterr()
-    # subnets are loaded and timed in blocks (here of at most 5 models, the probes in each resolution's first)
-    timed = []
-    original = lut_check.time_models
+    # subnets are loaded and timed in blocks (here of at most 5 models, the probes in each resolution's first),
+    # at known latencies: 8 px subnets at their prediction, 12 px ones at twice it, each 2% slower when timed
+    # again (the retest), the probes 1.25x their figure at the build (the machine drifted)
+    table = LatencyTable.load(table_path)
+    built = {a.short(): ms for r in (8, 12) for a, ms in table.probes(r)}
+    timed, seen = [], set()
+
+    def known_timing(runners, protocol, progress=None):
+        timed.append(len(runners))
+        stats = {}
+        for key, arch in runners.items():
+            if key.startswith("<probe>"):
+                ms = 1.25 * built[arch.short()]
+            else:
+                again = arch.short() in seen
+                seen.add(arch.short())
+                ms = table.predict(arch) * (2.0 if arch.resolution == 12 else 1.0) * (1.02 if again else 1.0)
+            stats[key] = {"mean_ms": ms, "std_ms": 0.0, "count": 4, "spread_pct": 0.0, "ci_pct": 0.0}
+        return stats
+
     monkeypatch.setattr(lut_check, "MAX_LOADED", 5)
     monkeypatch.setattr(
-        lut_check, "time_models", lambda runners, *a: (timed.append(len(runners)), original(runners, *a))[1]
+        lut_check, "subnet_runners", lambda sp, archs, *a: {f"{i}:{x.short()}": x for i, x in enumerate(archs)}
     )
+    monkeypatch.setattr(lut_check, "time_models", known_timing)
     assert (
         main(
             [
@@ -617,11 +638,15 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     assert timed == [2 + lut_build.PROBES, 2, 2] * 2  # first block, second block, first block again (retest)
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 8 and set(summary["per_resolution"]) == {"8", "12"}
-    assert all(s["machine_drift"] > 0 and s["noise_pct"] >= 0 for s in summary["per_resolution"].values())
+    per = summary["per_resolution"]
+    assert all(s["machine_drift"] == 1.25 and s["noise_pct"] == 2.0 for s in per.values())
+    assert per["8"]["mape"] == 0.0 and per["8"]["within_10pct"] == 100.0  # measured as predicted
+    assert per["12"]["mape"] == pytest.approx(50.0, abs=0.1) and per["12"]["within_10pct"] == 0.0  # half of it
+    assert per["8"]["drift_adjusted"]["mape"] == pytest.approx(25.0, abs=0.1)  # 1.25x slower, divided out
     assert summary["protocol"]["kind"] == "standalone" and summary["protocol"]["blocks"] == 4
-    assert {"mape", "within_10pct", "spearman"} <= set(summary) and summary["mape"] >= 0
+    assert {"mape", "within_10pct", "spearman"} <= set(summary) and summary["within_10pct"] == 50.0
+    assert summary["mape"] == pytest.approx(25.0, abs=0.1)
     rows = [json.loads(line) for line in (out / "check.jsonl").read_text().splitlines()]
-    table = LatencyTable.load(table_path)
     reserved = {json.dumps(a.to_dict()) for a in table.calibration_archs()}
     reserved |= {json.dumps(a.to_dict()) for r in (8, 12) for a, _ in table.probes(r)}
     assert len(table.probes(8)) == lut_build.PROBES and len(reserved) == 2 * (3 + lut_build.PROBES)

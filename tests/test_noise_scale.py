@@ -3,6 +3,7 @@ in `ofa noise-scale` and in the training log."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -13,6 +14,7 @@ import torch
 from conftest import TINY_RECIPE as TINY
 
 from ofa.cli import main
+from ofa.train import loop, noise_measure
 from ofa.train.noise_scale import (
     MicroBatchGradNorms,
     NoiseScaleEstimator,
@@ -106,15 +108,41 @@ def test_estimator_state_round_trips_and_suggestions():
         est.update(1.0, 1.0, 8, 8)
 
 
-def test_cli_measures_a_phase(capsys, tmp_path):
+def known_noise(traces: list[float], grad_sq: float = 1.0) -> type[NoiseScaleEstimator]:
+    """An estimator fed the squared gradient norms of a known |G|² and tr(Σ) (one trace per update, in turn),
+    whatever the network's gradients were: by the paper's E|G_b|² = |G|² + tr(Σ)/b at both batch sizes."""
+    values = itertools.cycle(traces)
+
+    class Known(NoiseScaleEstimator):
+        def update(self, small_sq, big_sq, b_small, b_big):
+            trace = next(values)
+            return super().update(grad_sq + trace / b_small, grad_sq + trace / b_big, b_small, b_big)
+
+    return Known
+
+
+# B_simple = 64 at global batch 16 and 160 training images, worked out by hand: 16 / 64 = 0.25; the suggestion is
+# the power of two nearest 64 capped at a quarter of the images (32); steps (1 + 64/16) / (1 + 64/32) = 5/3 fewer
+# for 2 / (5/3) = 1.2x the examples.
+ADVICE_AT_64 = (
+    "batch 16 is ~0.25× the noise scale (B_simple ≈ 64): larger batches (more processes) cut steps almost linearly "
+    "up to ~4×; suggested global batch 32: ~1.7× fewer steps for ~1.2× the examples"
+)
+
+
+def test_cli_measures_a_phase(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(noise_measure, "NoiseScaleEstimator", known_noise([32.0, 64.0, 96.0]))
     assert main(["noise-scale", str(TINY), "--steps", "3", "--accumulate", "4", "--phase", "depth", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["phase"] == "depth" and result["b_small"] == 8 and result["b_big"] == 32
     assert result["updates"] == 3 and result["trace_sigma"] > 0
-    assert result["b_simple_log_sd"] is None or result["b_simple_log_sd"] > 0
+    assert result["b_simple"] == pytest.approx(64.0) and result["grad_sq"] == pytest.approx(1.0)
+    # |G|² is the same every step, so ln B_simple's error is that of the mean trace: sd / mean / sqrt(n)
+    assert result["b_simple_log_sd"] == pytest.approx(32.0 / 64.0 / math.sqrt(3))
     assert result["current_global_batch"] == 16
 
-    assert result["advice"] == batch_advice(16, result["b_simple"], result["train_images"])
+    assert result["advice"] == ADVICE_AT_64
+    monkeypatch.undo()
 
     assert main(["noise-scale", str(TINY), "--steps", "2", "--accumulate", "2"]) == 0
     out = capsys.readouterr().out
@@ -141,11 +169,14 @@ def test_advice_says_where_the_batch_sits_and_agrees_with_the_one_suggestion():
     assert steps_factor(64, 64, 320.0) == 1.0 and steps_factor(64, 128, 1e9) == pytest.approx(2.0)
 
 
-def test_training_log_ends_each_phase_with_the_advice(capsys, tmp_path):
+def test_training_log_ends_each_phase_with_the_advice(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(loop, "NoiseScaleEstimator", known_noise([64.0]))
     assert main(["train", str(TINY), "--out", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["phase"] for r in rows if r["kind"] == "phase"] == ["full", "depth", "expand"]
     for row in (r for r in rows if r["kind"] == "phase"):
-        line = f"{row['phase']}: {batch_advice(16, row['noise_scale']['b_simple'], 160)}"
+        assert row["noise_scale"]["b_simple"] == pytest.approx(64.0)
+        line = f"{row['phase']}: {ADVICE_AT_64}"
         assert re.search(f"^{re.escape(line)}$", out, re.M), (line, out)
         assert re.match(rf"{row['phase']}: batch 16 is ~[0-9.]+× the noise scale", line), line

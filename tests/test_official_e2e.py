@@ -18,8 +18,10 @@ from pathlib import Path
 
 import onnx
 import yaml
+from conftest import known_call_ms, onnx_top1
 
 from ofa.cli import main
+from ofa.data.datasets import build_data
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.timing import Standalone
@@ -32,7 +34,7 @@ CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "ofa_mbv3_w0.5_c10_r
 FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
 
 
-def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys):
+def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys, monkeypatch):
     imported = tmp_path / "imported.pt"
     assert main(["import", str(CHECKPOINT), "--out", str(imported), "--num-classes", "10", "--in-channels", "1"]) == 0
     recipe = tmp_path / "digits_from_official.yaml"
@@ -62,6 +64,7 @@ def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys):
     budget = 1.1 * LatencyTable.load(table).for_space(space).predict(space.min_arch(48))
     out = tmp_path / "run"
     lines: list[str] = []
+    known_call_ms(monkeypatch, 0.25)  # from here on every timed call reads 0.25 ms: the export's latency
     summary = Pipeline(
         PipelineConfig(
             recipe=recipe, out=out, subnets=10, calib_batches=1, lut=table, targets_ms=(float(f"{budget:.4g}"),)
@@ -75,7 +78,8 @@ def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys):
     result = json.loads(Path(row["onnx"]).with_suffix(".export.json").read_text())
     assert result["parity"]["max_abs_diff"] <= 1e-4 and result["parity"]["top1_agreement"] == 1.0
     assert result["bn_batches"] > 0  # recalibrated on the digits the supernet was fine-tuned on
-    assert 0 <= row["test_top1"] <= 100 and row["measured_ms"] > 0
+    assert row["test_top1"] == onnx_top1(row["onnx"], build_data(load_recipe(recipe).data).test)
+    assert row["measured_ms"] == 0.25
     meta = read_metadata(onnx.load(row["onnx"]))
     assert meta["arch"].resolution == 48 and len(meta["mean"]) == 1
 

@@ -1,4 +1,4 @@
-"""bench/elastic_overhead.py and bench/official_overhead.py time each subnet's supernet step next to
+"""`bench.elastic_overhead` and `bench.official_overhead` time each subnet's supernet step next to
 its static twin's."""
 
 import json
@@ -8,14 +8,30 @@ import time
 
 import pytest
 import torch
-from conftest import load_bench_script, tiny_space
+from conftest import tiny_space
 
+from bench import elastic_breakdown, elastic_overhead, official_overhead
 from ofa.families.mbv3.elastic import ElasticSqueezeExcite
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 
-overhead = load_bench_script("elastic_overhead")
-official = load_bench_script("official_overhead")
-breakdown = load_bench_script("elastic_breakdown")
+
+class ForwardClock:
+    """A clock that moves only when a model runs forward, by that model's known cost: step times with a known
+    answer."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def charge(self, model: torch.nn.Module, cost) -> None:
+        """Each forward of ``model`` advances the clock by ``cost()``."""
+
+        def advance(module, inputs):
+            self.now += cost()
+
+        model.register_forward_pre_hook(advance)
 
 
 def test_each_round_times_both_sides_and_trains_both():
@@ -30,11 +46,14 @@ def test_each_round_times_both_sides_and_trains_both():
     before = {name: static.conv_stem.weight.clone() for name, (_, static, _) in runs.items()}
     stem = supernet.conv_stem.weight.clone()
     x, y = torch.randn(4, 3, 12, 12), torch.randint(0, space.num_classes, (4,))
-    times, ratios, faults = overhead.measure(supernet, supernet.set_active, runs, (x, y), 3, time.perf_counter)
+    clock, cost = ForwardClock(), {"max": (6.0, 4.0), "min": (3.0, 1.0)}  # seconds: (supernet, static twin)
+    clock.charge(supernet, lambda: cost["max" if supernet.active_arch == archs["max"] else "min"][0])
+    for name, (_, static, _) in runs.items():
+        clock.charge(static, lambda name=name: cost[name][1])
+    times, ratios, faults = elastic_overhead.measure(supernet, supernet.set_active, runs, (x, y), 3, clock)
+    assert ratios == {"max": [1.5] * 3, "min": [3.0] * 3}  # the two warm-up rounds are left out
     for name in archs:
-        sup, static = times[f"supernet_{name}"], times[f"static_{name}"]
-        assert len(sup) == len(static) == len(ratios[name]) == 3  # the two warm-up rounds are left out
-        assert ratios[name] == [a / b for a, b in zip(sup, static)]
+        assert times[f"supernet_{name}"] == [cost[name][0]] * 3 and times[f"static_{name}"] == [cost[name][1]] * 3
         assert all(isinstance(n, int) and n >= 0 for kind in ("supernet", "static") for n in faults[f"{kind}_{name}"])
         assert not torch.equal(runs[name][1].conv_stem.weight, before[name])
     assert not torch.equal(supernet.conv_stem.weight, stem)
@@ -48,7 +67,7 @@ def test_same_se_twin_is_the_same_function_through_the_supernets_se_code():
     timm_se = [type(m) for m in static.modules() if type(m).__name__ == "SqueezeExcite"]
     x = torch.randn(2, 3, 12, 12)
     expected = static(x)
-    same = overhead.with_supernet_se(static)
+    same = elastic_overhead.with_supernet_se(static)
     assert len(timm_se) > 0
     assert not any(type(m).__name__ == "SqueezeExcite" for m in same.modules())
     assert sum(isinstance(m, ElasticSqueezeExcite) for m in same.modules()) == len(timm_se)
@@ -58,7 +77,7 @@ def test_same_se_twin_is_the_same_function_through_the_supernets_se_code():
 def test_breakdown_models_compute_the_same_function_each_with_one_more_part_of_the_supernet():
     torch.manual_seed(0)
     space = tiny_space()
-    models = breakdown.breakdown_models(space, 12)
+    models = elastic_breakdown.breakdown_models(space, 12)
     assert list(models) == ["static", "same_se", "exact", "no_transforms", "supernet"]
     exact, no_transforms, supernet = models["exact"], models["no_transforms"], models["supernet"]
     assert exact.space.kernels == (3,) and exact.space.expands == (2,) and exact.space.depths == (1,)
@@ -81,9 +100,9 @@ def test_measure_models_shuffles_the_order_each_round_and_divides_by_the_first_m
         order.append(model)
         return {"a": 2.0, "b": 3.0, "c": 5.0}[model], 0
 
-    monkeypatch.setattr(sys.modules[breakdown.measure_models.__module__], "timed_step", fake_step)
+    monkeypatch.setattr(sys.modules[elastic_breakdown.measure_models.__module__], "timed_step", fake_step)
     models = {name: (name, None) for name in ("a", "b", "c")}
-    times, ratios, faults = breakdown.measure_models(models, (None, None), 10, time.perf_counter)
+    times, ratios, faults = elastic_breakdown.measure_models(models, (None, None), 10, time.perf_counter)
     rounds = [tuple(order[i : i + 3]) for i in range(0, len(order), 3)]
     assert len(rounds) == 12 and all(sorted(r) == ["a", "b", "c"] for r in rounds)
     before = {m: {order[i - 1] for i in range(1, len(order)) if order[i] == m} for m in "abc"}
@@ -91,14 +110,14 @@ def test_measure_models_shuffles_the_order_each_round_and_divides_by_the_first_m
     assert ratios == {"b": [1.5] * 10, "c": [2.5] * 10}
     assert times["a"] == [2.0] * 10 and faults["c"] == [0] * 10
     order.clear()
-    breakdown.measure_models(models, (None, None), 10, time.perf_counter)
+    elastic_breakdown.measure_models(models, (None, None), 10, time.perf_counter)
     assert [tuple(order[i : i + 3]) for i in range(0, len(order), 3)] == rounds  # seeded: the same orders
 
 
 def test_breakdown_parts_are_the_differences_of_successive_ratios():
     ratios = {"same_se": 0.98, "exact": 0.99, "no_transforms": 1.01, "supernet": 1.04}
     result = {f"overhead_{name}": ratio for name, ratio in ratios.items()}
-    parts = breakdown.add_parts(result)
+    parts = elastic_breakdown.add_parts(result)
     assert parts["part_se_code"] == -0.02
     assert parts["part_block_code"] == 0.01
     assert parts["part_elastic_widths_depths"] == 0.02
@@ -108,7 +127,7 @@ def test_breakdown_parts_are_the_differences_of_successive_ratios():
 @pytest.mark.parametrize("flags", [["--invocations", "0"], ["--rounds", "1"], ["--nope"]])
 def test_breakdown_bad_flags_exit_with_a_usage_error(flags, capsys):
     with pytest.raises(SystemExit) as exc:
-        breakdown.main(flags)
+        elastic_breakdown.main(flags)
     assert exc.value.code == 2
     assert "elastic_breakdown.py: error:" in capsys.readouterr().err
 
@@ -117,7 +136,7 @@ def test_breakdown_bad_flags_exit_with_a_usage_error(flags, capsys):
 def test_bad_flags_exit_with_a_usage_error(flags, monkeypatch, capsys):
     monkeypatch.setattr("sys.argv", ["elastic_overhead.py", *flags])
     with pytest.raises(SystemExit) as exc:
-        overhead.main()
+        elastic_overhead.main()
     assert exc.value.code == 2
     assert "elastic_overhead.py: error:" in capsys.readouterr().err
 
@@ -125,12 +144,26 @@ def test_bad_flags_exit_with_a_usage_error(flags, monkeypatch, capsys):
 FAKE_OFFICIAL = """
 import copy
 import json
+import time
 from pathlib import Path
 
 from torch import nn
 
+NOW = [0.0]
+time.perf_counter = lambda: NOW[0]  # the worker's clock moves only when one of the models below runs forward
 
-class OFAMobileNetV3(nn.Module):  # stands in for the official supernet: records the subnets it runs
+
+class Static(nn.Module):  # a static network whose step takes 2 s on that clock
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        NOW[0] += 2.0
+        return self.net(x)
+
+
+class OFAMobileNetV3(nn.Module):  # stands in for the official supernet: records the subnets it runs; 3 s a step
     def __init__(self, n_classes, dropout_rate, width_mult, ks_list, expand_ratio_list, depth_list):
         super().__init__()
         self.net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, n_classes))
@@ -140,9 +173,10 @@ class OFAMobileNetV3(nn.Module):  # stands in for the official supernet: records
             f.write(json.dumps({"ks": ks, "e": e, "d": d}) + "\\n")
 
     def get_active_subnet(self, preserve_weight):
-        return copy.deepcopy(self.net)
+        return Static(copy.deepcopy(self.net))
 
     def forward(self, x):
+        NOW[0] += 3.0
         return self.net(x)
 """
 
@@ -154,19 +188,19 @@ def test_official_overhead_runs_the_official_package_on_our_three_subnets(tmp_pa
         (folder / "__init__.py").touch()
     (networks / "__init__.py").write_text(textwrap.dedent(FAKE_OFFICIAL))
     argv = ["--official", str(tmp_path), "--invocations", "2", "--rounds", "2", "--resolution", "8", "--json"]
-    assert official.main(argv) == 0
+    assert official_overhead.main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for name in ("max", "mid", "min"):
-        assert len(result[f"overhead_{name}_runs"]) == 2 and result[f"overhead_{name}"] > 0
+        assert result[f"overhead_{name}_runs"] == [1.5, 1.5] and result[f"overhead_{name}"] == 1.5  # 3 s / 2 s
     seen = [json.loads(line) for line in (networks / "seen.jsonl").read_text().splitlines()]
-    expected = official.official_subnets(8)
+    expected = official_overhead.official_subnets(8)
     assert expected["min"] == {"ks": [3] * 20, "e": [3] * 20, "d": [2] * 5}
     assert expected["max"] == {"ks": [7] * 20, "e": [6] * 20, "d": [4] * 5}
     assert {json.dumps(c) for c in seen} == {json.dumps(c) for c in expected.values()}
 
 
 def test_official_overhead_without_the_package_says_so_in_one_line(tmp_path, capsys):
-    assert official.main(["--official", str(tmp_path / "missing.whl"), "--json"]) == 0
+    assert official_overhead.main(["--official", str(tmp_path / "missing.whl"), "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("official_overhead: skipped: no official ofa package at ")
     assert json.loads(lines[-1]) == {"skipped": f"no official ofa package at {tmp_path / 'missing.whl'}"}
@@ -175,6 +209,6 @@ def test_official_overhead_without_the_package_says_so_in_one_line(tmp_path, cap
 @pytest.mark.parametrize("flags", [["--invocations", "0"], ["--rounds", "1"]])
 def test_official_overhead_bad_flags_exit_with_a_usage_error(flags, capsys):
     with pytest.raises(SystemExit) as exc:
-        official.main(flags)
+        official_overhead.main(flags)
     assert exc.value.code == 2
     assert "official_overhead.py: error:" in capsys.readouterr().err

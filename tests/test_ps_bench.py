@@ -1,4 +1,4 @@
-"""bench/ps_vs_scratch.py: both sides with their cost, cached runs reused on a rerun, missing data skipped."""
+"""`bench.ps_vs_scratch`: both sides with their cost, cached runs reused on a rerun, missing data skipped."""
 
 from __future__ import annotations
 
@@ -6,17 +6,14 @@ import json
 from pathlib import Path
 
 import torch
-from conftest import TINY_RECIPE, load_bench_script
+from conftest import TINY_RECIPE
+
+from bench import ps_ablation, ps_vs_scratch, run_all
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench():
-    return load_bench_script("ps_vs_scratch")
-
-
 def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
-    bench = _bench()
     argv = [
         "--recipe",
         str(TINY_RECIPE),
@@ -34,7 +31,7 @@ def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
         str(tmp_path),
         "--json",
     ]
-    assert bench.main(argv) == 0
+    assert ps_vs_scratch.main(argv) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(report["subnets"]) == {"smallest", "middle", "largest", "random_1"}
     for row in report["subnets"].values():
@@ -61,18 +58,20 @@ def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
     cached = sorted(tmp_path.rglob("*.json"))
     assert len(cached) == 2 + sum(3 + len(r["scratch"]["longer"]) for r in report["subnets"].values())
     stamps = {p: p.stat().st_mtime_ns for p in cached}
-    assert bench.main(argv) == 0  # a rerun trains nothing and reports the same figures
+    assert ps_vs_scratch.main(argv) == 0  # a rerun trains nothing and reports the same figures
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again == report and {p: p.stat().st_mtime_ns for p in sorted(tmp_path.rglob("*.json"))} == stamps
-    table = load_bench_script("run_all")._ps_table(report)  # how bench/RESULTS.md shows it
+    table = run_all._ps_table(report)  # how bench/RESULTS.md shows it
     assert [line.split(" | ")[0] for line in table[2:6]] == ["| smallest", "| middle", "| largest", "| random_1"]
     assert f"{report['subnets']['largest']['delta']:+.2f}" in table[4] and "budget 4" in table[-1]
 
 
 def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):
-    bench = _bench()
     assert (
-        bench.main(["--recipe", "fashion", "--set", f"data.root={tmp_path}", "--cache", str(tmp_path), "--json"]) == 0
+        ps_vs_scratch.main(
+            ["--recipe", "fashion", "--set", f"data.root={tmp_path}", "--cache", str(tmp_path), "--json"]
+        )
+        == 0
     )
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("ps_vs_scratch: skipped: ") and "dataset-fashion-mnist" in lines[0]
@@ -80,11 +79,9 @@ def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):
 
 
 def test_ablation_records_a_run_and_renders_the_docs_table_from_records(tmp_path, monkeypatch, capsys):
-    _bench()
-    ablation = load_bench_script("ps_ablation")
-    monkeypatch.setattr(ablation, "RECORDS", tmp_path / "records.json")
-    monkeypatch.setattr(ablation, "DOC", tmp_path / "page.md")
-    (tmp_path / "page.md").write_text(f"intro\n{ablation.BEGIN}\nstale\n{ablation.END}\noutro\n")
+    monkeypatch.setattr(ps_ablation, "RECORDS", tmp_path / "records.json")
+    monkeypatch.setattr(ps_ablation, "DOC", tmp_path / "page.md")
+    (tmp_path / "page.md").write_text(f"intro\n{ps_ablation.BEGIN}\nstale\n{ps_ablation.END}\noutro\n")
     common = [
         "--recipe",
         str(TINY_RECIPE),
@@ -98,8 +95,8 @@ def test_ablation_records_a_run_and_renders_the_docs_table_from_records(tmp_path
         "--proxy",
         "data.batch_size=16",
     ]
-    assert ablation.main(["--name", "a", "--change", "as is", *common]) == 0
-    assert ablation.main(["--name", "b", "--change", "no KD", "--set", "distill.ratio=0", *common]) == 0
+    assert ps_ablation.main(["--name", "a", "--change", "as is", *common]) == 0
+    assert ps_ablation.main(["--name", "b", "--change", "no KD", "--set", "distill.ratio=0", *common]) == 0
     records = json.loads((tmp_path / "records.json").read_text())
     assert [r["name"] for r in records] == ["a", "b"] and records[1]["overrides"] == ["distill.ratio=0"]
     assert records[0]["recipe_digest"] != records[1]["recipe_digest"]
@@ -112,34 +109,35 @@ def test_ablation_records_a_run_and_renders_the_docs_table_from_records(tmp_path
 
 def test_sides_run_apart_fill_the_cache_of_the_full_report(tmp_path, capsys):
     """Two processes (one per side, e.g. one per core) leave a cache the full report only reads."""
-    bench = _bench()
     common = ["--recipe", str(TINY_RECIPE), "--seeds", "0", "--random", "0", "--scratch-epochs", "2"]
     common += ["--lr-factors", "1", "--no-convergence", "--cache", str(tmp_path)]
     threads = torch.get_num_threads()
     try:
-        assert bench.main([*common, "--side", "scratch", "--subnets", "largest", "smallest", "--threads", "1"]) == 0
+        assert (
+            ps_vs_scratch.main([*common, "--side", "scratch", "--subnets", "largest", "smallest", "--threads", "1"])
+            == 0
+        )
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
     capsys.readouterr()
-    assert bench.main([*common, "--side", "scratch", "--subnets", "largest", "smallest", "--json"]) == 0
+    assert ps_vs_scratch.main([*common, "--side", "scratch", "--subnets", "largest", "smallest", "--json"]) == 0
     scratch = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert scratch["side"] == "scratch" and list(scratch["twins"]) == ["largest", "smallest"]
-    assert bench.main([*common, "--side", "ps", "--subnets", "largest", "smallest", "--json"]) == 0
+    assert ps_vs_scratch.main([*common, "--side", "ps", "--subnets", "largest", "smallest", "--json"]) == 0
     ps = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert ps["side"] == "ps" and set(ps["top1"][0]) == {"largest", "smallest"}
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")}
-    assert bench.main([*common, "--subnets", "largest", "smallest", "--json"]) == 0
+    assert ps_vs_scratch.main([*common, "--subnets", "largest", "smallest", "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")} == stamps  # nothing trained again
     assert report["subnets"]["largest"]["ps_top1"] == ps["top1"][0]["largest"]
     assert report["subnets"]["smallest"]["scratch"]["test_top1"] == scratch["twins"]["smallest"]["test_top1"]
-    assert bench.main([*common, "--subnets", "smallest", "--json"]) == 2  # the budget needs the largest
+    assert ps_vs_scratch.main([*common, "--subnets", "smallest", "--json"]) == 2  # the budget needs the largest
     assert "--subnets" in capsys.readouterr().err
 
 
 def test_run_all_keeps_a_row_whose_command_changed_marked_stale():
-    run_all = load_bench_script("run_all")
     name = "search_speed"
     old = {"name": name, "command": "python bench/search_speed.py --old", "meaning": "", "exit": 0,
            "seconds": 1.0, "date": "2026-11-01", "machine": "m", "result": {"seconds": 0.9}}  # fmt: skip
@@ -151,3 +149,16 @@ def test_run_all_keeps_a_row_whose_command_changed_marked_stale():
     assert "stale (2026-11-01, older command): seconds 0.9" in run_all.readme_table([kept[name]])
     assert run_all.current([fresh])[name]["stale"] is False
     assert "stale" not in run_all.render([run_all.current([fresh])[name]])
+
+
+def test_every_stored_entry_stays_and_one_measured_with_an_older_command_is_marked_stale_in_results_md():
+    """A registry command that changes (as when the scripts became `python -m bench.NAME`) drops no stored
+    row: bench/RESULTS.md marks each row measured with another command stale, with its date and old command."""
+    stored = json.loads((ROOT / "bench" / "data" / "results.json").read_text())
+    kept = run_all.current(stored)
+    assert list(kept) == [r["name"] for r in stored]  # none dropped
+    results = (ROOT / "bench" / "RESULTS.md").read_text()
+    for name, run in kept.items():
+        assert run["stale"] == (run["command"] != run_all.command_text(run_all.BENCHMARKS[name].command))
+        if run["command"].startswith("python bench/"):  # a script path: a command from before the package
+            assert run["stale"] and run_all.stale_note(run) in results, name

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_RECIPE, load_bench_script
+from conftest import TINY_RECIPE
 
+from bench import ps_vs_scratch
 from ofa.data.datasets import build_data
 from ofa.families.mbv3.arch import Arch
 from ofa.train import load_recipe
@@ -39,14 +40,13 @@ def _weights_sha256(model: torch.nn.Module) -> str:
 
 @pytest.mark.parametrize("name", sorted(RECORDED))
 def test_scratch_twin_reproduces_the_recorded_run_bitwise(name, tmp_path, monkeypatch):
-    bench = load_bench_script("ps_vs_scratch")
     want = RECORDED[name]
     recipe = load_recipe(TINY_RECIPE, want["overrides"])
-    run = bench.ScratchRun(Arch.from_dict(want["arch"]), want["lr"], want["epochs"], want["seed"])
+    run = ps_vs_scratch.ScratchRun(Arch.from_dict(want["arch"]), want["lr"], want["epochs"], want["seed"])
     trained = []
-    train = bench.train_from_scratch
-    monkeypatch.setattr(bench, "train_from_scratch", lambda *args: trained.append(train(*args)) or trained[-1])
-    got = bench.scratch_run(recipe, run, build_data(recipe.data), tmp_path, "scratch")
+    train = ps_vs_scratch.train_from_scratch
+    monkeypatch.setattr(ps_vs_scratch, "train_from_scratch", lambda *args: trained.append(train(*args)) or trained[-1])
+    got = ps_vs_scratch.scratch_run(recipe, run, build_data(recipe.data), tmp_path, "scratch")
     assert got["key"] == want["key"]  # the cache key is unchanged, so the recorded runs stay valid
     if SAME_KERNELS:  # the instruction set the fixture was recorded on: bit for bit
         assert _weights_sha256(trained[0]) == want["weights_sha256"]
