@@ -14,7 +14,7 @@ import torch
 from conftest import TINY_RECIPE as TINY
 
 from ofa.cli import main
-from ofa.train import loop, noise_measure
+from ofa.train import noise_measure, ps_step
 from ofa.train.noise_scale import (
     MicroBatchGradNorms,
     NoiseScaleEstimator,
@@ -170,7 +170,7 @@ def test_advice_says_where_the_batch_sits_and_agrees_with_the_one_suggestion():
 
 
 def test_training_log_ends_each_phase_with_the_advice(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(loop, "NoiseScaleEstimator", known_noise([64.0]))
+    monkeypatch.setattr(ps_step, "NoiseScaleEstimator", known_noise([64.0]))
     assert main(["train", str(TINY), "--out", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
