@@ -21,8 +21,9 @@ import torch
 from ofa.families.mbv3.encoding import GeneLayout
 from ofa.families.mbv3.space import SearchSpace
 from search.dense import DenseCost
-from search.evolution import EvolutionConfig, SearchConfig, run_search
+from search.evolution import run_search
 from search.predictor.model import AccuracyPredictor
+from search.search_config import EvolutionConfig, SearchConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

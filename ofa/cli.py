@@ -1,7 +1,8 @@
 """The ``ofa`` command. Each verb lives in its own module under ``ofa.commands``.
 
 A command module defines ``register(subparsers)``, which adds its parser(s) and sets
-``func=run`` where ``run(args) -> int`` returns the exit status. User errors (`OFAError`) print
+``func=run`` where ``run(args) -> int`` returns the exit status (`ofa.commands.flags`, which builds
+their options from config dataclasses, is the one module there without it). User errors (`OFAError`) print
 one line and exit 2; no traceback reaches the user for bad input.
 """
 
@@ -30,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="ofa", description="Once-for-all supernet toolkit: train, search, export.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for info in sorted(pkgutil.iter_modules(ofa.commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"ofa.commands.{info.name}").register(sub)
+        if info.name != "flags":
+            importlib.import_module(f"ofa.commands.{info.name}").register(sub)
     return parser
 
 
