@@ -24,7 +24,7 @@ from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.encoding import GeneLayout
 from ofa.families.mbv3.space import SearchSpace
 from ofa.utils.errors import OFAError
-from ofa.utils.fields import field_label
+from ofa.utils.fields import flags_of
 from search.dense import DenseCost, macs_model, params_model
 from search.pareto import ParetoFront
 from search.result import Evolution, SearchResult, TargetResult
@@ -296,7 +296,7 @@ def run_search(
     targets = list(cfg.targets_ms)
     macs, params = cost_models(space)
     caps = [
-        Limit(name, value, model, field_label(SearchConfig, f"max_{name}"))
+        Limit(name, value, model, flags_of(SearchConfig, f"max_{name}")[0])
         for name, value, model in (("macs", max_macs, macs), ("params", max_params, params))
         if value is not None
     ]

@@ -29,9 +29,12 @@ def add_flags(parser: Any, cls: type, changes: Changes | None = None) -> None:
     """One option per option field of ``cls``, its value stored under the field's name."""
     hints = get_type_hints(cls)
     for f in option_fields(cls):
-        kwargs = {**_derived(f, hints[f.name]), **(changes or {}).get(f.name, {})}
+        names = flags_of(cls, f.name)
+        kwargs = {**_derived(f, hints[f.name], names[0]), **(changes or {}).get(f.name, {})}
         kwargs["help"] = _help(f.metadata["help"], None if kwargs.get("required") else kwargs.get("default"))
-        parser.add_argument(*flags_of(cls, f.name), dest=f.name, **{k: v for k, v in kwargs.items() if v is not None})
+        if kwargs.get("choices") and "metavar" not in f.metadata:
+            kwargs["metavar"] = None  # the usage lists the choices
+        parser.add_argument(*names, dest=f.name, **{k: v for k, v in kwargs.items() if v is not None})
 
 
 def flag_values(cls: type, args: argparse.Namespace) -> dict[str, Any]:
@@ -52,15 +55,15 @@ def _help(text: str, default: Any) -> str:
     return text.replace("%", "%%") + (f" (default {default})" if shown else "")
 
 
-def _derived(f: dataclasses.Field, tp: Any) -> dict[str, Any]:
-    """argparse keywords from a field's annotation, default and metadata."""
+def _derived(f: dataclasses.Field, tp: Any, flag: str) -> dict[str, Any]:
+    """argparse keywords from a field's annotation, default and metadata (the metavar: its own, else the flag's)."""
     meta, default = f.metadata, _default(f)
     required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     kwargs: dict[str, Any] = {"default": default, "required": required or None}
     tp = _without_none(tp)
     if tp is bool:
         return {**kwargs, "action": "store_false" if meta.get("invert") else argparse.BooleanOptionalAction}
-    kwargs["metavar"] = meta.get("metavar")
+    kwargs["metavar"] = meta.get("metavar", flag.lstrip("-").upper().replace("-", "_"))
     if get_origin(tp) is tuple:
         tp = get_args(tp)[0]
         if meta.get("repeat"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,8 +55,9 @@ class BuildProtocol:
     budget_s: float | None = field(default=None, metadata=field_of(CheckConfig, "budget_s").metadata)
 
     def build(self) -> Protocol:
-        changes = (self.repeats, self.warmup, self.calls, self.clock, self.target_pct, self.budget_s)
-        return with_overrides(PROTOCOLS[self.protocol](), *changes)
+        """The named protocol with the changes (the other fields are `with_overrides`'s keywords)."""
+        changes = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "protocol"}
+        return with_overrides(PROTOCOLS[self.protocol](), **changes)
 
 
 def register(subparsers: Any) -> None:
