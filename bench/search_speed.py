@@ -22,9 +22,10 @@ from ofa.families.mbv3.encoding import GeneLayout
 from ofa.families.mbv3.space import SearchSpace
 from ofa.utils.errors import OFAError
 from search.dense import DenseCost
-from search.evolution import EvolutionConfig, SearchConfig, run_search
+from search.evolution import run_search
 from search.latency import LatencyTable
 from search.predictor.model import AccuracyPredictor
+from search.search_config import EvolutionConfig, SearchConfig
 
 
 def latency_model() -> tuple[SearchSpace, object, str]:

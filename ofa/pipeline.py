@@ -32,36 +32,54 @@ from ofa.train import Recipe, load_recipe, train
 from ofa.train.distributed import DistEnv, process_group
 from ofa.train.recipe import PipelineSettings
 from ofa.utils.errors import OFAError
+from ofa.utils.fields import field_of
 from ofa.utils.io import file_sha256, read_json, write_json, write_text
-from search.evolution import SearchConfig
 from search.find import search_device
 from search.latency import LatencyTable
 from search.predictor.collect import CollectConfig, collect
 from search.predictor.fit import FitConfig, fit_predictor_file
 from search.predictor.model import AccuracyPredictor
+from search.search_config import SearchConfig
 
 TARGET_FRACTIONS = (0.1, 0.35, 0.65, 1.0)  # of the way from the smallest to the largest subnet's latency
 T = TypeVar("T")
 
 
+def _setting(name: str) -> dict[str, Any]:
+    """The metadata of a field over the recipe's ``pipeline.NAME`` (None: the recipe's value): that setting's
+    flag and help."""
+    setting = field_of(PipelineSettings, name)
+    default = "" if setting.default is None else f"; default {setting.default}"
+    return {**setting.metadata, "help": f"{setting.metadata['help']} (pipeline.{name}{default})"}
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
-    """What `ofa pipeline` runs: the recipe (+ ``--set`` overrides) and flags over its ``pipeline:`` section.
+    """What `ofa pipeline` runs (its options): the recipe (+ ``--set`` overrides) and flags over its
+    ``pipeline:`` section.
 
     A field left None takes the recipe's `PipelineSettings` value; one given overrides it.
     """
 
     recipe: Path
-    out: Path | None = None  # default: runs/RECIPE_NAME
-    overrides: tuple[str, ...] = ()
-    targets_ms: tuple[float, ...] | None = None
-    subnets: int | None = None
-    calib_batches: int | None = None
-    lut: Path | None = None
-    max_noise_pct: float | None = None
-    lut_budget_s: float | None = None
-    int8: bool | None = None
-    seed: int = 0
+    out: Path | None = field(default=None, metadata={"help": "run folder (default: runs/RECIPE_NAME)"})
+    overrides: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "flag": "--set",
+            "repeat": True,
+            "metavar": "KEY=VALUE",
+            "help": "override a recipe value, e.g. --set schedule.seed=1 or --set pipeline.subnets=50 (repeatable)",
+        },
+    )
+    targets_ms: tuple[float, ...] | None = field(default=None, metadata=_setting("targets_ms"))
+    subnets: int | None = field(default=None, metadata=_setting("subnets"))
+    calib_batches: int | None = field(default=None, metadata=_setting("calib_batches"))
+    lut: Path | None = field(default=None, metadata=_setting("lut"))
+    max_noise_pct: float | None = field(default=None, metadata=_setting("max_noise_pct"))
+    lut_budget_s: float | None = field(default=None, metadata=_setting("lut_budget_s"))
+    int8: bool | None = field(default=None, metadata=_setting("int8"))
+    seed: int = field(default=0, metadata={"help": "seed of subnet sampling, search and export"})
 
     def __post_init__(self) -> None:
         replace(PipelineSettings(), **self.given())  # the flags' values, checked before any work

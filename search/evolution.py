@@ -5,19 +5,17 @@ parents, 50% of children by mutation with per-gene probability 0.1 and resolutio
 0.5, the rest by uniform crossover, a child that breaks a constraint is redrawn from the same
 parents). Here a population is an integer array of gene rows (``ofa.families.mbv3.encoding.GeneLayout``): mutation,
 crossover and the constraint check act on whole arrays, latency/MACs/params are gathers over dense
-tables, and accuracy is one batched predictor call per generation.
+tables, and accuracy is one batched predictor call per generation. What to search for is
+`search.search_config`; what a search answers, and its saving, is `search.result`.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 from tqdm import tqdm
@@ -26,10 +24,11 @@ from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.encoding import GeneLayout
 from ofa.families.mbv3.space import SearchSpace
 from ofa.utils.errors import OFAError
-from ofa.utils.io import write_json, write_text
-from ofa.utils.tracking import log_figures
+from ofa.utils.fields import flags_of
 from search.dense import DenseCost, macs_model, params_model
-from search.pareto import ParetoFront, plot_front
+from search.pareto import ParetoFront
+from search.result import Evolution, SearchResult, TargetResult
+from search.search_config import EvolutionConfig, SearchConfig
 
 INIT_BATCH = 1024
 REDRAW_BATCH = 4  # candidates per child and round of redrawing
@@ -41,38 +40,6 @@ class RowModel(Protocol):
     """Anything that scores a population of gene rows: a predictor, a latency table, a DenseCost."""
 
     def predict_batch(self, rows: np.ndarray) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class EvolutionConfig:
-    """Search hyper-parameters; the defaults are those of the official OFA EvolutionFinder."""
-
-    population: int = 100
-    generations: int = 500
-    parent_ratio: float = 0.25
-    mutation_ratio: float = 0.5
-    mutate_prob: float = 0.1
-    resolution_prob: float = 0.5
-    max_redraws: int = 200  # then a child that still breaks a constraint is a copy of its (feasible) parent
-
-    def __post_init__(self) -> None:
-        if self.population < 2:
-            raise OFAError(f"population must be at least 2, got {self.population}")
-        if self.generations < 0:
-            raise OFAError(f"generations must be >= 0, got {self.generations}")
-        for name in ("parent_ratio", "mutation_ratio", "mutate_prob", "resolution_prob"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise OFAError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.n_parents < 1:
-            raise OFAError(f"parent_ratio {self.parent_ratio} leaves no parent in a population of {self.population}")
-
-    @property
-    def n_parents(self) -> int:
-        return round(self.parent_ratio * self.population)
-
-    @property
-    def n_mutations(self) -> int:
-        return round(self.mutation_ratio * self.population)
 
 
 @dataclass(frozen=True)
@@ -188,18 +155,6 @@ class _Scores:
             self.known.update(zip(new, np.asarray(self.predictor.predict_batch(fresh), dtype=np.float64).tolist()))
             self.calls += 1
         return np.array([self.known[k] for k in keys])
-
-
-@dataclass
-class Evolution:
-    """One constrained search: the best subnet, its curve, and every subnet it evaluated."""
-
-    best_row: np.ndarray
-    best_top1: float
-    history: np.ndarray  # best predicted top-1 among the parents of each generation (+ the final population)
-    rows: np.ndarray
-    top1: np.ndarray
-    seconds: float
 
 
 def _redraw(
@@ -327,126 +282,6 @@ def unique_rows(rows: np.ndarray) -> np.ndarray:
     return np.unique(keys, return_index=True)[1]
 
 
-@dataclass
-class TargetResult:
-    """The answer for one latency budget."""
-
-    target_ms: float
-    arch: Arch  # extras: predicted_top1, latency_ms, macs, params (+ lut when saved)
-    history: np.ndarray
-    seconds: float
-
-
-@dataclass
-class SearchResult:
-    """Per-budget picks plus the Pareto front of everything the searches evaluated."""
-
-    space: SearchSpace
-    targets: list[TargetResult]
-    front: ParetoFront
-    cloud: tuple[np.ndarray, np.ndarray]  # (latency_ms, top1) of a sample of evaluated subnets, for the plot
-    config: EvolutionConfig
-    seed: int
-    max_macs: float | None = None
-    max_params: float | None = None
-    evaluated: int = 0
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "seed": self.seed,
-            "config": asdict(self.config),
-            "space": self.space.fingerprint(),
-            "max_macs": self.max_macs,
-            "max_params": self.max_params,
-            "evaluated": self.evaluated,
-            "pareto_size": len(self.front),
-            **self.meta,
-            "targets": [
-                {"target_ms": t.target_ms, "seconds": round(t.seconds, 4), **t.arch.to_dict()} for t in self.targets
-            ],
-        }
-
-    def save(self, out_dir: str | Path, lut: str | None = None, space: SearchSpace | None = None) -> dict[str, Path]:
-        """arch_<T>ms.json per budget, pareto.json/png, search.json, metrics.jsonl (per-generation best).
-
-        Each arch file carries the fingerprint of ``space`` (default: the searched space; pass the
-        supernet's space when the search ran on its resolutions that a latency table measured).
-        """
-        out = Path(out_dir)
-        extra = {"lut": lut} if lut else {}
-        stamp = (space or self.space).stamp
-        paths: dict[str, Path] = {}
-        for t in self.targets:
-            arch = stamp(t.arch).with_extra({**extra, "target_ms": t.target_ms})
-            paths[f"arch_{t.target_ms:g}ms"] = arch.save(out / f"arch_{t.target_ms:g}ms.json")
-        paths["pareto_json"] = self.front.save(out / "pareto.json", lut)
-        paths["pareto_png"] = plot_front(
-            self.front,
-            out / "pareto.png",
-            chosen=[t.arch for t in self.targets],
-            targets_ms=[t.target_ms for t in self.targets],
-            cloud=self.cloud,
-            history={f"{t.target_ms:g} ms": t.history for t in self.targets},
-            title=f"Pareto front ({len(self.front)} of {self.evaluated} subnets)",
-        )
-        paths["summary"] = write_json(out / "search.json", {**self.summary(), "lut": lut})
-        lines = [
-            json.dumps({"target_ms": t.target_ms, "generation": g, "best_top1": float(v)})
-            for t in self.targets
-            for g, v in enumerate(t.history)
-        ]
-        paths["metrics"] = write_text(out / "metrics.jsonl", "\n".join(lines) + "\n")
-        board = log_figures(
-            out / "tensorboard", self._curves(), {"search": self._table()}, lambda text: print(text, file=sys.stderr)
-        )
-        return {**paths, **({"tensorboard": board} if board else {})}
-
-    def _curves(self) -> dict[str, list[float]]:
-        """Best predicted top-1 per generation, one curve per budget (TensorBoard)."""
-        return {f"search/best_top1/{t.target_ms:g}ms": [float(v) for v in t.history] for t in self.targets}
-
-    def _table(self) -> list[list[Any]]:
-        """The picks as a table whose first row names the columns (TensorBoard)."""
-        rows: list[list[Any]] = [["target ms", "predicted top-1 (%)", "latency ms", "MACs", "params", "arch"]]
-        for t in self.targets:
-            e = t.arch.extra
-            rows.append(
-                [
-                    f"{t.target_ms:g}",
-                    f"{e['predicted_top1']:.2f}",
-                    f"{e['latency_ms']:.3f}",
-                    e["macs"],
-                    e["params"],
-                    t.arch.short(),
-                ]
-            )
-        return rows
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """What to search for: latency budgets (ms), optional MACs/params caps, the seed and the evolution."""
-
-    targets_ms: tuple[float, ...]
-    max_macs: float | None = None
-    max_params: float | None = None
-    seed: int = 0
-    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
-
-    def __post_init__(self) -> None:
-        targets = tuple(dict.fromkeys(float(t) for t in self.targets_ms))
-        if not targets:
-            raise OFAError("give at least one latency target")
-        if not all(0 < t < float("inf") for t in targets):
-            raise OFAError(f"latency targets must be positive numbers of milliseconds, got {list(targets)}")
-        for name in ("max_macs", "max_params"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise OFAError(f"--{name.replace('_', '-')} must be positive, got {value}")
-        object.__setattr__(self, "targets_ms", targets)
-
-
 def run_search(
     space: SearchSpace, predictor: RowModel, latency: RowModel, cfg: SearchConfig, progress: bool = False
 ) -> SearchResult:
@@ -460,8 +295,11 @@ def run_search(
     config, seed, max_macs, max_params = cfg.evolution, cfg.seed, cfg.max_macs, cfg.max_params
     targets = list(cfg.targets_ms)
     macs, params = cost_models(space)
-    caps = [Limit("macs", max_macs, macs, "--max-macs")] if max_macs is not None else []
-    caps += [Limit("params", max_params, params, "--max-params")] if max_params is not None else []
+    caps = [
+        Limit(name, value, model, flags_of(SearchConfig, f"max_{name}")[0])
+        for name, value, model in (("macs", max_macs, macs), ("params", max_params, params))
+        if value is not None
+    ]
     per_target = [[Limit("latency_ms", t, latency, "latency target"), *caps] for t in targets]
     for limits in per_target:
         check_reachable(space, limits)

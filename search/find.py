@@ -8,9 +8,11 @@ from pathlib import Path
 
 from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.supernet import OFAMobileNetV3
-from search.evolution import RowModel, SearchConfig, SearchResult, SubsetPredictor, run_search
+from search.evolution import RowModel, SubsetPredictor, run_search
 from search.latency import LatencyTable
 from search.predictor.model import AccuracyPredictor
+from search.result import SearchResult
+from search.search_config import SearchConfig
 
 
 @dataclass

@@ -10,8 +10,9 @@ from ofa.families.mbv3 import encoding
 from ofa.families.mbv3.encoding import ArchEncoder, GeneLayout, sample_arch
 from ofa.utils.errors import OFAError
 from search.dense import DenseCost, macs_model
-from search.evolution import EvolutionConfig, SearchConfig, SubsetPredictor, cheapest_rows, cost_models, run_search
+from search.evolution import SubsetPredictor, cheapest_rows, cost_models, run_search
 from search.predictor.model import AccuracyPredictor
+from search.search_config import EvolutionConfig, SearchConfig
 
 
 def test_seeded_sampling_is_reproducible(space):

@@ -14,10 +14,11 @@ from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.utils.errors import OFAError
 from search.dense import DenseCost, macs_model
-from search.evolution import EvolutionConfig, SearchConfig, cheapest_rows, check_reachable, run_search, unique_rows
+from search.evolution import cheapest_rows, check_reachable, run_search, unique_rows
 from search.latency import LatencyTable, save_table
 from search.pareto import ParetoFront, non_dominated
 from search.predictor.model import AccuracyPredictor
+from search.search_config import EvolutionConfig, SearchConfig
 
 SMALL = EvolutionConfig(population=40, generations=40)
 

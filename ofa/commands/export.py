@@ -6,8 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ofa.commands._flags import add_flags, flag_values
+from ofa.runtime.formats import FORMAT_BACKEND
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from ofa.export.export import ExportConfig
+
     p = subparsers.add_parser(
         "export",
         help="export a searched subnet to ONNX, verified against PyTorch",
@@ -29,39 +34,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--arch", metavar="ARCH.json", help="subnet to export (arch JSON, e.g. from `ofa search`)")
     p.add_argument(
-        "--out",
-        required=True,
-        metavar="DIR|MODEL.onnx",
-        help="model folder, or ONNX file (with its model folder beside it)",
-    )
-    p.add_argument(
-        "--calib-batches",
-        type=int,
-        default=20,
-        metavar="N",
-        help="training batches for BN recalibration and INT8 calibration (0: keep the supernet's BN "
-        "statistics; default 20)",
-    )
-    p.add_argument("--batch-size", type=int, default=64, metavar="B", help="images per calibration batch (64)")
-    p.add_argument("--int8", action="store_true", help="also write an INT8 model (static post-training quantization)")
-    p.add_argument("--dynamic-batch", action="store_true", help="make the batch dimension dynamic")
-    p.add_argument("--opset", type=int, default=17, metavar="K", help="ONNX opset, 13..20 (default 17)")
-    p.add_argument(
         "--lut",
         metavar="TABLE",
         help="latency table: measure with its protocol, print its prediction "
         "(default: the arch JSON's `lut` field when that file exists)",
     )
-    p.add_argument(
-        "--format",
-        action="append",
-        default=[],
-        choices=("onnx", "openvino", "executorch"),
-        help="formats to write, repeatable: onnx (always written), openvino (model.xml/.bin, OpenVINO "
-        "CPU), executorch (model.pte, XNNPACK); each is checked and timed on its own runtime",
-    )
-    p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
-    p.add_argument("--seed", type=int, default=0, help="seed of calibration order and random parity inputs")
+    add_flags(p, ExportConfig, {"formats": {"choices": tuple(FORMAT_BACKEND)}})
     p.set_defaults(func=run)
 
 
@@ -73,18 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from ofa.commands._export_files import export_file
     from ofa.export.export import ExportConfig
 
-    cfg = ExportConfig(
-        out=Path(args.out),
-        calib_batches=args.calib_batches,
-        batch_size=args.batch_size,
-        int8=args.int8,
-        dynamic_batch=args.dynamic_batch,
-        opset=args.opset,
-        latency=not args.no_latency,
-        seed=args.seed,
-        progress=True,
-        formats=tuple(args.format),
-    )
+    cfg = ExportConfig(**flag_values(ExportConfig, args), progress=True)
     r = export_file(
         Path(args.supernet) if args.supernet else None,
         Path(args.arch) if args.arch else None,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ofa.commands._flags import add_flags, flag_values
+from ofa.families.mbv3.official import ImportConfig, import_official_file
+
 
 def int_list(text: str) -> tuple[int, ...]:
     """``3,4,6`` → (3, 4, 6) (argparse type)."""
@@ -25,39 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("checkpoint", help="official checkpoint (.pth), as torch.save({'state_dict': ...}) wrote it")
     p.add_argument("--out", required=True, metavar="SUPERNET.pt", help="supernet file to write")
-    p.add_argument(
-        "--expands",
-        type=int_list,
-        metavar="E,E,..",
-        help="expand ratio choices (default: the paper's 3,4,6 up to the checkpoint's largest)",
-    )
-    p.add_argument(
-        "--depths",
-        type=int_list,
-        metavar="D,D,..",
-        help="depth choices (default: the paper's 2,3,4 up to the checkpoint's largest)",
-    )
-    p.add_argument("--num-classes", type=int, metavar="N", help="replace the classifier by a fresh N-way one")
-    p.add_argument(
-        "--in-channels",
-        type=int,
-        metavar="C",
-        help="input channels (1: the stem's RGB weights are summed, for grayscale data)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the fresh classifier")
+    add_flags(p, ImportConfig, {key: {"type": int_list, "nargs": None} for key in ("expands", "depths")})
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.families.mbv3.official import ImportConfig, import_official_file
-
-    config = ImportConfig(
-        expands=args.expands,
-        depths=args.depths,
-        num_classes=args.num_classes,
-        in_channels=args.in_channels,
-        seed=args.seed,
-    )
+    config = ImportConfig(**flag_values(ImportConfig, args))
     result = import_official_file(args.checkpoint, args.out, config)
     space = result.space
     print(

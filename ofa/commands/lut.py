@@ -1,11 +1,63 @@
-"""``ofa lut build`` measures a device's latency table; ``ofa lut check`` judges one on whole subnets."""
+"""``ofa lut build`` measures a device's latency table; ``ofa lut check`` judges one on whole subnets;
+``ofa lut pack`` and ``ofa lut import`` make tables for devices without Python."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from ofa.commands._flags import add_flags, flag_values
+from ofa.families.mbv3.arch import Arch
+from ofa.lut.build import TableBuildConfig, build_table_file, noise_text
+from ofa.lut.check import CheckConfig, check_table_file
+from ofa.lut.external_runner import CommandRunner
+from ofa.lut.pack import ImportConfig, PackConfig, import_timings_file, pack_models
+from ofa.lut.runner import RunnerBuildConfig, RunnerCheckConfig, build_with_runner_file, check_with_runner_file
+from ofa.lut.timing import PROTOCOLS, Protocol, Standalone, with_overrides
+from ofa.utils.errors import OFAError
+from ofa.utils.fields import field_of
+from search.latency import space_from_arg
+
+SPACE_HELP = "mbv3, a recipe or space YAML, or a checkpoint"
+
+
+@dataclass(frozen=True)
+class BuildProtocol:
+    """How ``ofa lut build`` times: a protocol by name, and what its options change in it (None: keep)."""
+
+    protocol: Literal["standalone", "interleaved"] = field(
+        default="standalone",
+        metadata={
+            "help": "standalone: each model on its own, warm, in shuffled blocks, as a user measures it; "
+            "interleaved: the older interleaved rounds"
+        },
+    )
+    clock: Literal["wall", "thread", "auto"] | None = field(
+        default=None,
+        metadata={"help": "wall (standalone default), thread: the thread's CPU time, auto (interleaved default)"},
+    )
+    repeats: int | None = field(
+        default=None,
+        metadata={"help": "least kept blocks per model (standalone, default 15) or rounds (interleaved, default 150)"},
+    )
+    calls: int | None = field(
+        default=None,
+        metadata={"help": "least timed calls per block (standalone, default 3) or per round (default 2)"},
+    )
+    warmup: int | None = field(
+        default=None, metadata={"help": f"untimed calls before each block (default {Standalone.warmup})"}
+    )
+    # the standalone estimator's options, as ``ofa lut check`` has them
+    target_pct: float | None = field(default=None, metadata=field_of(CheckConfig, "target_pct").metadata)
+    budget_s: float | None = field(default=None, metadata=field_of(CheckConfig, "budget_s").metadata)
+
+    def build(self) -> Protocol:
+        """The named protocol with the changes (the other fields are `with_overrides`'s keywords)."""
+        changes = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "protocol"}
+        return with_overrides(PROTOCOLS[self.protocol](), **changes)
 
 
 def register(subparsers: Any) -> None:
@@ -19,46 +71,9 @@ def register(subparsers: Any) -> None:
 
 def _add_build(verbs: Any) -> None:
     build = verbs.add_parser("build", help="measure every layer config of a space on this device")
-    build.add_argument("--space", required=True, help="mbv3, a recipe or space YAML, or a checkpoint")
-    build.add_argument("--out", required=True, type=Path, help="table to write (resumed if it exists)")
-    build.add_argument(
-        "--backend",
-        default="ort-cpu",
-        help="ort-cpu (default), torch-cpu, ort-cuda, torch-cuda, openvino-cpu, executorch-xnnpack",
-    )
-    build.add_argument("--resolutions", type=int, nargs="+", help="resolutions to measure (default: the space's)")
-    build.add_argument("--threads", type=int, default=1)
-    build.add_argument("--batch", type=int, default=1)
-    build.add_argument(
-        "--protocol",
-        choices=("standalone", "interleaved"),
-        default="standalone",
-        help="standalone (default): each model on its own, warm, in shuffled blocks, as a user "
-        "measures it; interleaved: the older interleaved rounds",
-    )
-    build.add_argument(
-        "--clock",
-        choices=("wall", "thread", "auto"),
-        help="wall (standalone default), thread: the thread's CPU time, auto (interleaved default)",
-    )
-    build.add_argument(
-        "--repeats",
-        type=int,
-        help="least kept blocks per model (standalone, default 15) or rounds (interleaved, default 150)",
-    )
-    build.add_argument(
-        "--calls", type=int, help="least timed calls per block (standalone, default 3) or per round (default 2)"
-    )
-    build.add_argument("--warmup", type=int, help="untimed calls before each block (default 10)")
-    _add_build_noise_args(build)
-    build.add_argument(
-        "--calibrate",
-        type=int,
-        default=10,
-        help="whole subnets per resolution for the correction (0: none; default 10)",
-    )
-    build.add_argument("--device", help="device name stored in meta (default: host name)")
-    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--space", required=True, help=SPACE_HELP)
+    add_flags(build, TableBuildConfig)
+    add_flags(build, BuildProtocol)
     _add_runner_args(build)
     build.add_argument(
         "--pack",
@@ -66,7 +81,6 @@ def _add_build(verbs: Any) -> None:
         metavar="DIR",
         help="with --runner: where the models are packed (default: OUT without suffix + .pack; reused when it exists)",
     )
-    build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=run_build)
 
 
@@ -74,62 +88,13 @@ def _add_check(verbs: Any) -> None:
     check = verbs.add_parser("check", help="compare a table's predictions with measured whole subnets")
     check.add_argument("table", type=Path)
     check.add_argument("--space", help="also require the table to cover this space (default: the table's own)")
-    check.add_argument("--n", type=int, default=50, help="random subnets per resolution (default 50)")
-    check.add_argument("--resolutions", type=int, nargs="+", help="resolutions to check (default: all of the table's)")
-    check.add_argument("--repeats", type=int, help="blocks (standalone) or rounds per model (default: the protocol's)")
-    check.add_argument(
-        "--protocol",
-        choices=("standalone", "table"),
-        default="standalone",
-        help="standalone (default): as a user measures; table: the table's own protocol",
-    )
-    _add_estimator_args(check)
-    check.add_argument(
-        "--max-noise",
-        type=float,
-        default=5.0,
-        metavar="PCT",
-        help="report a resolution as too noisy to judge when a test-retest of its subnets differs by more "
-        "(median, %%; default 5)",
-    )
-    check.add_argument("--seed", type=int, default=0)
+    add_flags(check, CheckConfig)
     check.add_argument(
         "--out", type=Path, help="folder for check.jsonl, summary.json, check.png (default runs/lut-check/TABLE_NAME)"
     )
     check.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
     _add_runner_args(check)
-    check.add_argument("--quiet", action="store_true", help="no progress bars")
     check.set_defaults(func=run_check)
-
-
-def _add_build_noise_args(build: Any) -> None:
-    _add_estimator_args(build)
-    build.add_argument(
-        "--max-noise",
-        type=float,
-        metavar="PCT",
-        help="strict (for tables built in CI): a resolution whose whole subnets' figures are less sure than "
-        "±PCT (95%% interval) is timed again, and after 3 tries the build stops without writing it "
-        "(default: warn above 5%%, write it and mark it noisy)",
-    )
-    build.add_argument(
-        "--remeasure-noisy", action="store_true", help="resuming OUT: time the resolutions it marks noisy again"
-    )
-
-
-def _add_estimator_args(parser: Any) -> None:
-    parser.add_argument(
-        "--target",
-        type=float,
-        metavar="PCT",
-        help="standalone: blocks are added until each figure's 95%% interval is within ±PCT (default 2)",
-    )
-    parser.add_argument(
-        "--time-budget",
-        type=float,
-        metavar="S",
-        help="standalone: most seconds of timing per model once its least blocks are in (default 1)",
-    )
 
 
 def _add_runner_args(parser: Any) -> None:
@@ -149,60 +114,22 @@ def _add_runner_args(parser: Any) -> None:
 def _add_pack_and_import(verbs: Any) -> None:
     """``ofa lut pack`` and ``ofa lut import``: tables for devices without Python."""
     pack = verbs.add_parser("pack", help="write every model a table needs, to time them on a device without Python")
-    pack.add_argument(
-        "--backend",
-        required=True,
-        metavar="FORMAT",
-        help="onnx, openvino or executorch (or a backend: ort-cpu, openvino-cpu, ...)",
-    )
-    pack.add_argument("--space", required=True, help="mbv3, a recipe or space YAML, or a checkpoint")
-    pack.add_argument("--out", required=True, type=Path, help="new folder for the models, manifest.yaml, README.md")
-    pack.add_argument("--resolutions", type=int, nargs="+", help="resolutions (default: the space's)")
-    pack.add_argument("--batch", type=int, default=1)
-    pack.add_argument("--calibrate", type=int, default=10, help="calibration subnets per resolution (default 10)")
-    pack.add_argument("--seed", type=int, default=0)
-    pack.add_argument("--quiet", action="store_true", help="no progress bars")
+    pack.add_argument("--space", required=True, help=SPACE_HELP)
+    add_flags(pack, PackConfig, {"format": {"required": True}})
     pack.set_defaults(func=run_pack)
 
     imp = verbs.add_parser("import", help="a table from a pack's timings collected on a device (CSV)")
     imp.add_argument("pack", type=Path, help="folder written by `ofa lut pack`")
     imp.add_argument("--timings", required=True, type=Path, help="CSV: key,median_ms (optional samples, std_ms)")
-    imp.add_argument("--out", required=True, type=Path, help="table to write")
-    imp.add_argument("--device", default="unknown", help="device name stored in meta")
-    imp.add_argument("--threads", type=int, default=1, help="threads the models ran with, stored in meta")
+    add_flags(imp, ImportConfig)
     imp.set_defaults(func=run_import)
 
 
 def run_build(args: argparse.Namespace) -> int:
     if args.runner or args.runner_regex:
         return run_build_with_runner(args)
-    from ofa.lut.build import TableBuildConfig, build_table_file, noise_text
-    from ofa.lut.timing import PROTOCOLS, with_overrides
-
-    protocol = with_overrides(
-        PROTOCOLS[args.protocol](),
-        repeats=args.repeats,
-        warmup=args.warmup,
-        calls=args.calls,
-        clock=args.clock,
-        target_pct=args.target,
-        budget_s=args.time_budget,
-    )
-    cfg = TableBuildConfig(
-        out=args.out,
-        backend=args.backend,
-        resolutions=tuple(args.resolutions) if args.resolutions else None,
-        threads=args.threads,
-        batch=args.batch,
-        protocol=protocol,
-        calibrate=args.calibrate,
-        max_noise_pct=args.max_noise,
-        remeasure_noisy=args.remeasure_noisy,
-        seed=args.seed,
-        device=args.device,
-        command=args.command_line,
-        progress=not args.quiet,
-    )
+    protocol = BuildProtocol(**flag_values(BuildProtocol, args)).build()
+    cfg = TableBuildConfig(**flag_values(TableBuildConfig, args), protocol=protocol, command=args.command_line)
     table = build_table_file(args.space, cfg)
     print(f"wrote {args.out}: {table.describe()}")
     noise = (table.meta.get("noise") or {}).get("per_resolution") or {}
@@ -218,20 +145,7 @@ def run_build(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     if args.runner or args.runner_regex:
         return run_check_with_runner(args)
-    from ofa.families.mbv3.arch import Arch
-    from ofa.lut.check import CheckConfig, check_table_file
-
-    cfg = CheckConfig(
-        n=args.n,
-        resolutions=tuple(args.resolutions) if args.resolutions else None,
-        seed=args.seed,
-        repeats=args.repeats,
-        protocol=args.protocol,
-        target_pct=args.target,
-        budget_s=args.time_budget,
-        max_noise_pct=args.max_noise,
-        progress=not args.quiet,
-    )
+    cfg = CheckConfig(**flag_values(CheckConfig, args))
     report = check_table_file(args.table, cfg, space=args.space, out=args.out)
     result = report.result
     print(f"{'res':>4} {'predicted':>10} {'measured':>10} {'error':>8}  arch")
@@ -264,21 +178,12 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_build_with_runner(args: argparse.Namespace) -> int:
-    from ofa.lut.external_runner import CommandRunner
-    from ofa.lut.pack import PackConfig
-    from ofa.lut.runner import RunnerBuildConfig, build_with_runner_file
-    from ofa.utils.errors import OFAError
-
-    if not (args.runner and args.runner_regex):
-        raise OFAError("--runner and --runner-regex go together: the command, and how to read the time it prints")
+    _check_runner_args(args)
+    build = flag_values(TableBuildConfig, args)
     pack = PackConfig(
         out=args.pack or args.out.with_suffix(".pack"),
         format=args.backend,
-        resolutions=tuple(args.resolutions) if args.resolutions else None,
-        batch=args.batch,
-        calibrate=args.calibrate,
-        seed=args.seed,
-        progress=not args.quiet,
+        **{k: build[k] for k in ("resolutions", "batch", "calibrate", "seed", "progress")},
     )
     cfg = RunnerBuildConfig(
         out=args.out,
@@ -294,47 +199,27 @@ def run_build_with_runner(args: argparse.Namespace) -> int:
 
 
 def run_pack(args: argparse.Namespace) -> int:
-    from ofa.lut.pack import PackConfig, pack_models
-    from search.latency import space_from_arg
-
-    cfg = PackConfig(
-        out=args.out,
-        format=args.backend,
-        resolutions=tuple(args.resolutions) if args.resolutions else None,
-        batch=args.batch,
-        calibrate=args.calibrate,
-        seed=args.seed,
-        progress=not args.quiet,
-    )
+    cfg = PackConfig(**flag_values(PackConfig, args))
     manifest = pack_models(space_from_arg(args.space), cfg)
     print(f"wrote {manifest} and the models in {args.out}; see {args.out / 'README.md'} to time them")
     return 0
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from ofa.lut.pack import ImportConfig, import_timings_file
-
-    table = import_timings_file(args.pack, args.timings, ImportConfig(args.out, args.device, args.threads))
+    table = import_timings_file(args.pack, args.timings, ImportConfig(**flag_values(ImportConfig, args)))
     print(f"wrote {args.out}: {table.describe()}")
     return 0
 
 
 def run_check_with_runner(args: argparse.Namespace) -> int:
-    from ofa.lut.external_runner import CommandRunner
-    from ofa.lut.runner import RunnerCheckConfig, check_with_runner_file
-    from ofa.utils.errors import OFAError
-
-    if not (args.runner and args.runner_regex):
-        raise OFAError("--runner and --runner-regex go together: the command, and how to read the time it prints")
+    _check_runner_args(args)
+    check = flag_values(CheckConfig, args)
     out = args.out or Path("runs") / "lut-check" / args.table.stem
     cfg = RunnerCheckConfig(
         CommandRunner(args.runner, args.runner_regex),
         out / "models",
-        n=args.n,
-        resolutions=tuple(args.resolutions) if args.resolutions else None,
         blocks=args.repeats or 3,
-        seed=args.seed,
-        progress=not args.quiet,
+        **{k: check[k] for k in ("n", "resolutions", "seed", "progress")},
     )
     result = check_with_runner_file(args.table, cfg, out)
     for name, s in [("all", result.summary), *result.summary["per_resolution"].items()]:
@@ -346,3 +231,8 @@ def run_check_with_runner(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.summary))
     return 0
+
+
+def _check_runner_args(args: argparse.Namespace) -> None:
+    if not (args.runner and args.runner_regex):
+        raise OFAError("--runner and --runner-regex go together: the command, and how to read the time it prints")

@@ -11,21 +11,18 @@ import argparse
 import json
 import os
 
+from ofa.commands._flags import add_flags, flag_values
+from ofa.train.noise_measure import NoiseMeasureConfig, measure_noise_scale_file
+from ofa.train.noise_scale import log_interval
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "noise-scale", help="measure the gradient noise scale (critical batch size)", description=__doc__
     )
     p.add_argument("recipe", help="recipe YAML")
-    p.add_argument("--steps", type=int, default=20, help="measurement steps (default 20)")
     p.add_argument("--run", help="run folder whose newest checkpoint gives the weights and the current phase")
-    p.add_argument("--phase", help="phase name (default: the run's current phase, else the first)")
-    p.add_argument(
-        "--accumulate",
-        type=int,
-        default=8,
-        help="micro-batches per step: the big batch is this many training micro-batches (default 8)",
-    )
+    add_flags(p, NoiseMeasureConfig)
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a recipe value"
     )
@@ -34,10 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ofa.train.noise_measure import NoiseMeasureConfig, measure_noise_scale_file
-    from ofa.train.noise_scale import log_interval
-
-    cfg = NoiseMeasureConfig(steps=args.steps, accumulate=args.accumulate, phase=args.phase)
+    cfg = NoiseMeasureConfig(**flag_values(NoiseMeasureConfig, args))
     result = measure_noise_scale_file(args.recipe, cfg, args.overrides, args.run)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return 0

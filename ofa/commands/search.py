@@ -7,6 +7,10 @@ import math
 import re
 import sys
 
+from ofa.commands._flags import add_flags, flag_values
+from search.find import search_files
+from search.search_config import EvolutionConfig, SearchConfig
+
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
 
 
@@ -35,53 +39,33 @@ def milliseconds(text: str) -> float:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    e = EvolutionConfig()
     p = subparsers.add_parser(
         "search",
         help="find the most accurate subnet within a latency budget on a device",
-        description="Evolutionary search (OFA's: population 100, 500 generations, 25% parents, 50% mutation, "
-        "the rest crossover) for the subnet with the highest predicted accuracy whose latency on the "
-        "table's device is within each budget. Writes arch_<T>ms.json per budget (predicted_top1, "
-        "latency_ms, macs, params, lut), pareto.json and pareto.png (every evaluated subnet that no "
-        "other beats in accuracy, latency and MACs), search.json and metrics.jsonl.",
+        description=f"Evolutionary search (OFA's: population {e.population}, {e.generations} generations, "
+        f"{e.parent_ratio:.0%} parents, {e.mutation_ratio:.0%} mutation, the rest crossover) for the subnet "
+        "with the highest predicted accuracy whose latency on the table's device is within each budget. "
+        "Writes arch_<T>ms.json per budget (predicted_top1, latency_ms, macs, params, lut), pareto.json "
+        "and pareto.png (every evaluated subnet that no other beats in accuracy, latency and MACs), "
+        "search.json and metrics.jsonl.",
     )
     p.add_argument("--supernet", required=True, metavar="CKPT", help="supernet file or training checkpoint")
     p.add_argument("--predictor", required=True, metavar="P.pt", help="accuracy predictor (`ofa predictor fit`)")
     p.add_argument("--lut", required=True, metavar="TABLE.yaml", help="latency table of the device (`ofa lut build`)")
-    p.add_argument(
-        "--latency-ms",
-        required=True,
-        nargs="+",
-        type=milliseconds,
-        metavar="MS",
-        help="one or more latency budgets in ms",
-    )
-    p.add_argument("--max-macs", type=count, metavar="M", help="also cap multiply-accumulates (e.g. 300M)")
-    p.add_argument("--max-params", type=count, metavar="P", help="also cap parameters (e.g. 5M)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: search/ next to the predictor)")
-    p.add_argument("--seed", type=int, default=0, help="seed (same seed, same answer)")
-    g = p.add_argument_group("evolution (defaults: the official OFA EvolutionFinder)")
-    g.add_argument("--population", type=int, default=100)
-    g.add_argument("--generations", type=int, default=500)
-    g.add_argument("--parent-ratio", type=float, default=0.25)
-    g.add_argument("--mutation-ratio", type=float, default=0.5)
-    g.add_argument("--mutate-prob", type=float, default=0.1, help="per-gene mutation probability")
-    g.add_argument("--resolution-prob", type=float, default=0.5, help="resolution mutation probability")
+    add_flags(
+        p,
+        SearchConfig,
+        {"targets_ms": {"type": milliseconds}, "max_macs": {"type": count}, "max_params": {"type": count}},
+    )
+    add_flags(p.add_argument_group("evolution (defaults: the official OFA EvolutionFinder)"), EvolutionConfig)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from search.evolution import EvolutionConfig, SearchConfig
-    from search.find import search_files
-
-    evolution = EvolutionConfig(
-        args.population,
-        args.generations,
-        args.parent_ratio,
-        args.mutation_ratio,
-        args.mutate_prob,
-        args.resolution_prob,
-    )
-    cfg = SearchConfig(tuple(args.latency_ms), args.max_macs, args.max_params, args.seed, evolution)
+    evolution = EvolutionConfig(**flag_values(EvolutionConfig, args))
+    cfg = SearchConfig(**flag_values(SearchConfig, args), evolution=evolution)
     found = search_files(args.supernet, args.predictor, args.lut, cfg, args.out)
     if found.note:
         print(f"note: {found.note}", file=sys.stderr)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,20 +70,36 @@ class ExportConfig:
     recorded (with ``--subnet`` the fine-tuned subnet file); ``arch_source`` names the arch in error messages.
     """
 
-    out: Path  # a folder (the model folder), or MODEL.onnx (today's files, the model folder beside as MODEL/)
-    calib_batches: int = 20
-    batch_size: int = 64
-    int8: bool = False
-    dynamic_batch: bool = False
-    opset: int = DEFAULT_OPSET
+    out: Path = field(  # a folder (the model folder), or MODEL.onnx (today's files, the model folder beside as MODEL/)
+        metadata={"metavar": "DIR|MODEL.onnx", "help": "model folder, or ONNX file (with its model folder beside it)"}
+    )
+    calib_batches: int = field(
+        default=20,
+        metadata={
+            "metavar": "N",
+            "help": "training batches for BN recalibration and INT8 calibration (0: keep the supernet's BN statistics)",
+        },
+    )
+    batch_size: int = field(default=64, metadata={"metavar": "B", "help": "images per calibration batch"})
+    int8: bool = field(default=False, metadata={"help": "also write an INT8 model (static post-training quantization)"})
+    dynamic_batch: bool = field(default=False, metadata={"help": "make the batch dimension dynamic"})
+    opset: int = field(default=DEFAULT_OPSET, metadata={"metavar": "K", "help": "ONNX opset, 13..20"})
     parity_images: int = 64
     parity_random: int = 16
-    latency: bool = True
-    seed: int = 0
+    latency: bool = field(default=True, metadata={"help": "measure the latency (--no-latency: skip it)"})
+    seed: int = field(default=0, metadata={"help": "seed of calibration order and random parity inputs"})
     progress: bool = False
     checkpoint: Path | None = None
     arch_source: str = "arch"
-    formats: tuple[str, ...] = ()  # more formats besides ONNX (always written): openvino, executorch
+    formats: tuple[str, ...] = field(  # more formats besides ONNX (always written): openvino, executorch
+        default=(),
+        metadata={
+            "flag": "--format",
+            "repeat": True,
+            "help": "formats to write, repeatable: onnx (always written), openvino (model.xml/.bin, OpenVINO CPU), "
+            "executorch (model.pte, XNNPACK); each is checked and timed on its own runtime",
+        },
+    )
 
     @property
     def onnx_path(self) -> Path:

@@ -7,13 +7,14 @@ never published; no token, no network and a refused upload are each one line.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ofa.export.model_folder import FOLDER_CARD, HUB_MISSING
 from ofa.families.mbv3.subnet import FOLDER_CONFIG, FOLDER_WEIGHTS
 from ofa.utils.errors import OFAError
+from ofa.utils.fields import field_label
 from ofa.utils.io import read_json
 
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
@@ -32,19 +33,27 @@ class HubClient(Protocol):
 
 @dataclass(frozen=True)
 class PushConfig:
-    """Which folder goes to which Hub repo; checked once (the messages are those ``ofa push`` prints)."""
+    """Which folder goes to which Hub repo (``ofa push``'s options); checked once."""
 
     folder: Path
-    repo_id: str
-    private: bool = False
-    revision: str | None = None
-    message: str = "Upload a once-for-all subnet exported by `ofa export`"
-    endpoint: str | None = None  # None: huggingface_hub's (HF_ENDPOINT or huggingface.co)
+    repo_id: str = field(metadata={"metavar": "OWNER/NAME", "help": "Hub model repo to upload to"})
+    private: bool = field(default=False, metadata={"help": "create the repo private (when it does not exist)"})
+    revision: str | None = field(
+        default=None, metadata={"metavar": "BRANCH", "help": "branch to commit to (default: main)"}
+    )
+    message: str = field(
+        default="Upload a once-for-all subnet exported by `ofa export`", metadata={"help": "commit message"}
+    )
+    endpoint: str | None = field(
+        default=None, metadata={"metavar": "URL", "help": "Hub endpoint (default: huggingface_hub's, HF_ENDPOINT)"}
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "folder", Path(self.folder))
         if not REPO_ID.fullmatch(self.repo_id or ""):
-            raise OFAError(f"--repo-id {self.repo_id!r}: expected OWNER/NAME (e.g. me/ofa-digits-3ms)")
+            raise OFAError(
+                f"{field_label(PushConfig, 'repo_id')} {self.repo_id!r}: expected OWNER/NAME (e.g. me/ofa-digits-3ms)"
+            )
         check_folder(self.folder)
 
 

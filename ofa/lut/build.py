@@ -23,6 +23,7 @@ import platform
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from ofa.lut.timing import NOISE_CRITERION, WARN_NOISE_PCT, Protocol, Standalone
 from ofa.runtime.convert import DEFAULT_OPSET
 from ofa.runtime.runtimes import Runner, backend_device, check_backend, make_runner, runtime_info
 from ofa.utils.errors import OFAError
+from ofa.utils.fields import field_label
 from ofa.utils.io import read_yaml
 from search.latency import LatencyTable, save_table, space_from_arg
 
@@ -45,39 +47,52 @@ PROBES = 3  # drift probe subnets per resolution
 NOISE_ATTEMPTS = 3  # timings of one resolution before the build gives up as too noisy
 DRAWS_PER_SUBNET = 100  # random draws allowed per distinct subnet wanted, before giving up
 # settings that must match for a build to resume an existing file
+CALIBRATE_NEEDS = "need 0 (no correction) or at least 2 subnets per resolution"  # calibration subnets
 RESUME_KEYS = ("backend", "threads", "batch", "dtype", "space_fingerprint", "protocol", "calibration_subnets", "seed")
 
 
 @dataclass(frozen=True)
 class TableBuildConfig:
-    """Where and how to build a table; checked once, with the messages ``ofa lut build`` prints."""
+    """Where and how to build a table (the options of ``ofa lut build``); checked once."""
 
-    out: Path
-    backend: str = "ort-cpu"
-    resolutions: tuple[int, ...] | None = None  # default: the space's
-    threads: int = 1
-    batch: int = 1
+    out: Path = field(metadata={"help": "table to write (resumed if it exists)"})
+    backend: str = field(
+        default="ort-cpu",
+        metadata={"help": "ort-cpu, torch-cpu, ort-cuda, torch-cuda, openvino-cpu or executorch-xnnpack"},
+    )
+    resolutions: tuple[int, ...] | None = field(default=None, metadata={"help": "resolutions (default: the space's)"})
+    threads: int = field(default=1, metadata={"help": "threads the models run with"})
+    batch: int = field(default=1, metadata={"help": "batch size of the timed models"})
     protocol: Protocol = field(default_factory=Standalone)
-    calibrate: int = 10  # whole subnets per resolution for the correction (0: none)
-    max_noise_pct: float | None = None  # strict: refuse a resolution noisier than this (default: warn and go on)
-    remeasure_noisy: bool = False  # resuming: time the resolutions recorded as noisy again
-    seed: int = 0
-    device: str | None = None  # name stored in meta (default: host name)
+    calibrate: int = field(default=10, metadata={"help": "whole subnets per resolution for the correction (0: none)"})
+    max_noise_pct: float | None = field(
+        default=None,
+        metadata={
+            "flag": "--max-noise",
+            "metavar": "PCT",
+            "help": "strict (for tables built in CI): a resolution whose whole subnets' figures are less sure "
+            f"than ±PCT (95% interval) is timed again, and after {NOISE_ATTEMPTS} tries the build stops without "
+            f"writing it (default: warn above {WARN_NOISE_PCT:g}%, write it and mark it noisy)",
+        },
+    )
+    remeasure_noisy: bool = field(default=False, metadata={"help": "resuming: time the resolutions marked noisy again"})
+    seed: int = field(default=0, metadata={"help": "seed of the calibration subnets and drift probes"})
+    device: str | None = field(default=None, metadata={"help": "device name stored in meta (default: host name)"})
     command: str = ""  # the command line, stored in meta so an unfinished build can be resumed
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"flag": "--quiet", "invert": True, "help": "no progress bars"})
 
     def __post_init__(self) -> None:
         check_backend(self.backend)
-        if self.threads < 1 or self.batch < 1:
-            raise OFAError(f"--threads and --batch must be positive, got threads={self.threads}, batch={self.batch}")
+        label = partial(field_label, TableBuildConfig)
+        for name in ("threads", "batch"):
+            if getattr(self, name) < 1:
+                raise OFAError(f"{label(name)} must be positive, got {getattr(self, name)}")
         if self.calibrate == 1 or self.calibrate < 0:
-            raise OFAError(
-                f"--calibrate: need 0 (no correction) or at least 2 subnets per resolution, got {self.calibrate}"
-            )
+            raise OFAError(f"{label('calibrate')}: {CALIBRATE_NEEDS}, got {self.calibrate}")
         if self.max_noise_pct is not None and not self.max_noise_pct > 0:
-            raise OFAError(f"--max-noise: expected a positive percentage, got {self.max_noise_pct}")
+            raise OFAError(f"{label('max_noise_pct')}: expected a positive percentage, got {self.max_noise_pct}")
         if self.resolutions and min(self.resolutions) < 1:
-            raise OFAError(f"--resolutions: expected positive integers, got {list(self.resolutions)}")
+            raise OFAError(f"{label('resolutions')}: expected positive integers, got {list(self.resolutions)}")
         object.__setattr__(self, "out", Path(self.out))
 
 

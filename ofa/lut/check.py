@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib
 import numpy as np
@@ -41,6 +41,7 @@ from ofa.lut.stats import Stats, noise_pct
 from ofa.lut.timing import WARN_NOISE_PCT, Protocol, Standalone, protocol_from_dict, time_models, with_overrides
 from ofa.runtime.runtimes import backend_device, check_backend
 from ofa.utils.errors import OFAError
+from ofa.utils.fields import field_label
 from ofa.utils.io import atomic_write, write_json, write_text
 from ofa.utils.tracking import log_figures
 from search.latency import LatencyTable, space_from_arg
@@ -55,25 +56,60 @@ MAX_LOADED = 8
 
 @dataclass(frozen=True)
 class CheckConfig:
-    """How many subnets to judge the table on, where, and how long to time them."""
+    """How many subnets to judge the table on, where, and how long to time them (``ofa lut check``'s options)."""
 
-    n: int = 50  # random subnets per resolution
-    resolutions: tuple[int, ...] | None = None  # default: all of the table's
-    seed: int = 0
-    repeats: int | None = None  # blocks (standalone) or rounds (interleaved); default: the protocol's
-    protocol: str = "standalone"  # or "table": the table's own protocol
-    target_pct: float | None = None  # standalone: the estimator's interval target; default: the protocol's
-    budget_s: float | None = None  # standalone: most seconds per model; default: the protocol's
-    max_noise_pct: float = WARN_NOISE_PCT  # test-retest difference above which a resolution is too noisy to judge
-    progress: bool = True
+    n: int = field(default=50, metadata={"help": "random subnets per resolution"})
+    resolutions: tuple[int, ...] | None = field(
+        default=None, metadata={"help": "resolutions to check (default: all of the table's)"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the subnets and the timing order"})
+    repeats: int | None = field(
+        default=None, metadata={"help": "blocks (standalone) or rounds per model (default: the protocol's)"}
+    )
+    protocol: Literal["standalone", "table"] = field(
+        default="standalone",
+        metadata={"help": "standalone: each model on its own, as a user measures it; table: the table's own protocol"},
+    )
+    target_pct: float | None = field(
+        default=None,
+        metadata={
+            "flag": "--target",
+            "metavar": "PCT",
+            "help": "standalone: blocks are added until each figure's 95% interval is within ±PCT (default: the "
+            "protocol's)",
+        },
+    )
+    budget_s: float | None = field(
+        default=None,
+        metadata={
+            "flag": "--time-budget",
+            "metavar": "S",
+            "help": "standalone: most seconds of timing per model once its least blocks are in (default: the "
+            "protocol's)",
+        },
+    )
+    max_noise_pct: float = field(
+        default=WARN_NOISE_PCT,
+        metadata={
+            "flag": "--max-noise",
+            "metavar": "PCT",
+            "help": "report a resolution as too noisy to judge when a test-retest of its subnets differs by more "
+            "(median, %)",
+        },
+    )
+    progress: bool = field(default=True, metadata={"flag": "--quiet", "invert": True, "help": "no progress bars"})
 
     def __post_init__(self) -> None:
         if self.n < 1:
-            raise OFAError(f"--n: need at least 1 subnet, got {self.n}")
+            raise OFAError(f"{field_label(CheckConfig, 'n')}: need at least 1 subnet, got {self.n}")
         if not self.max_noise_pct > 0:
-            raise OFAError(f"--max-noise: expected a positive percentage, got {self.max_noise_pct}")
+            raise OFAError(
+                f"{field_label(CheckConfig, 'max_noise_pct')}: expected a positive percentage, got {self.max_noise_pct}"
+            )
         if self.protocol not in ("standalone", "table"):
-            raise OFAError(f"--protocol: expected standalone or table, got {self.protocol!r}")
+            raise OFAError(
+                f"{field_label(CheckConfig, 'protocol')}: expected standalone or table, got {self.protocol!r}"
+            )
 
 
 @dataclass

@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,14 @@ from tqdm import tqdm
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.subnet import build_subnet
-from ofa.lut.build import calibration_archs, correction_record, probe_archs
+from ofa.lut.build import CALIBRATE_NEEDS, calibration_archs, correction_record, probe_archs
 from ofa.lut.layer_models import EmptyModel, LayerModules, empty_onnx, input_shape
 from ofa.lut.pack_readme import render_pack_readme
 from ofa.lut.stats import Stats
 from ofa.lut.timing import Standalone
 from ofa.runtime import formats
 from ofa.utils.errors import OFAError
+from ofa.utils.fields import field_label
 from ofa.utils.io import read_text, read_yaml, write_text, write_yaml
 from search.latency import LatencyTable, save_table
 
@@ -44,28 +45,34 @@ CSV_REQUIRED, CSV_OPTIONAL = ("key", "median_ms"), ("samples", "std_ms")
 
 @dataclass(frozen=True)
 class PackConfig:
-    """What to pack: the format (or a backend name), resolutions, batch, calibration subnets, seed."""
+    """What to pack (``ofa lut pack``'s options): the format (or a backend name), resolutions, batch,
+    calibration subnets, seed."""
 
-    out: Path
-    format: str = "onnx"
-    resolutions: tuple[int, ...] | None = None  # default: the space's
-    batch: int = 1
-    calibrate: int = 10
-    seed: int = 0
-    progress: bool = True
+    out: Path = field(metadata={"help": "new folder for the models, manifest.yaml and README.md"})
+    format: str = field(
+        default="onnx",
+        metadata={
+            "flag": "--backend",
+            "metavar": "FORMAT",
+            "help": "onnx, openvino or executorch (or a backend: ort-cpu, openvino-cpu, ...)",
+        },
+    )
+    resolutions: tuple[int, ...] | None = field(default=None, metadata={"help": "resolutions (default: the space's)"})
+    batch: int = field(default=1, metadata={"help": "batch size of the packed models"})
+    calibrate: int = field(default=10, metadata={"help": "calibration subnets per resolution"})
+    seed: int = field(default=0, metadata={"help": "seed of the calibration subnets and drift probes"})
+    progress: bool = field(default=True, metadata={"flag": "--quiet", "invert": True, "help": "no progress bars"})
 
     def __post_init__(self) -> None:
         try:
             fmt = formats.check_format(self.format)
         except OFAError as exc:
-            raise OFAError(f"--backend: {exc}") from None
+            raise OFAError(f"{field_label(PackConfig, 'format')}: {exc}") from None
         formats.require(fmt)
         if self.batch < 1:
-            raise OFAError(f"--batch must be positive, got {self.batch}")
+            raise OFAError(f"{field_label(PackConfig, 'batch')} must be positive, got {self.batch}")
         if self.calibrate == 1 or self.calibrate < 0:
-            raise OFAError(
-                f"--calibrate: need 0 (no correction) or at least 2 subnets per resolution, got {self.calibrate}"
-            )
+            raise OFAError(f"{field_label(PackConfig, 'calibrate')}: {CALIBRATE_NEEDS}, got {self.calibrate}")
         object.__setattr__(self, "format", fmt)
         object.__setattr__(self, "out", Path(self.out))
 
@@ -204,11 +211,11 @@ def read_timings(path: str | Path, keys: list[str]) -> dict[str, Stats]:
 
 @dataclass(frozen=True)
 class ImportConfig:
-    """Where the table goes and what its meta records about the device and the timer."""
+    """Where the table goes and what its meta records about the device and the timer (``ofa lut import``)."""
 
-    out: Path
-    device: str = "unknown"
-    threads: int = 1
+    out: Path = field(metadata={"help": "table to write"})
+    device: str = field(default="unknown", metadata={"help": "device name stored in meta"})
+    threads: int = field(default=1, metadata={"help": "threads the models ran with, stored in meta"})
     timer: str = "imported"  # how the figures were taken: the timings file, or the runner command
     blocks: int = 1  # repeated figures behind each median
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +33,30 @@ from ofa.train.noise_scale import (
 from ofa.train.recipe import Recipe, load_recipe
 from ofa.train.sampling import step_seed, step_subnets
 from ofa.utils.errors import OFAError
+from ofa.utils.fields import field_label
 
 
 @dataclass(frozen=True)
 class NoiseMeasureConfig:
-    """What to measure: ``steps`` steps of ``accumulate`` micro-batches, of phase ``phase``
-    (None: the run's current phase, or the first without a run)."""
+    """What to measure (``ofa noise-scale``'s options): ``steps`` steps of ``accumulate`` micro-batches, of
+    phase ``phase`` (None: the run's current phase, or the first without a run)."""
 
-    steps: int = 20
-    accumulate: int = 8
-    phase: str | None = None
+    steps: int = field(default=20, metadata={"help": "measurement steps"})
+    accumulate: int = field(
+        default=8, metadata={"help": "micro-batches per step: the big batch is this many training micro-batches"}
+    )
+    phase: str | None = field(
+        default=None, metadata={"help": "phase name (default: the run's current phase, else the first)"}
+    )
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.accumulate < 2:
-            raise OFAError(f"noise scale: need steps >= 1 and accumulate >= 2, got {self.steps} and {self.accumulate}")
+        if self.steps < 1:
+            raise OFAError(f"{field_label(NoiseMeasureConfig, 'steps')}: need at least 1 step, got {self.steps}")
+        if self.accumulate < 2:
+            raise OFAError(
+                f"{field_label(NoiseMeasureConfig, 'accumulate')}: need at least 2 micro-batches (two batch sizes "
+                f"to compare), got {self.accumulate}"
+            )
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from ofa.train.bn import recalibrate_bn
 from ofa.train.distributed import DistEnv, process_group
 from ofa.train.evaluate import evaluate
 from ofa.utils.errors import OFAError
+from ofa.utils.fields import field_label
 from ofa.utils.io import write_text
 
 FILE_KIND = "ofa-accuracy"
@@ -173,25 +174,35 @@ def split_halves(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class CollectConfig:
-    """Settings of a collection: ``n`` subnets drawn from ``seed``, each recalibrated on the same
-    ``calib_batches x batch_size`` training images, then measured on the validation split (or
-    its two halves, ``repeat_split``). ``supernet`` is the label recorded in the file's header."""
+    """Settings of a collection (``ofa predictor collect``'s options): ``n`` subnets drawn from ``seed``, each
+    recalibrated on the same ``calib_batches x batch_size`` training images, then measured on the validation
+    split (or its two halves, ``repeat_split``). ``supernet`` is the label recorded in the file's header."""
 
-    n: int
-    seed: int = 0
-    calib_batches: int = 20
-    batch_size: int = 100
-    repeat_split: bool = False
-    num_workers: int = 0
+    n: int = field(
+        default=1000,
+        metadata={
+            "flag": ("--n", "--subnets"),
+            "help": "number of subnets (spell it --subnets after torchrun, whose own parser takes --n for one of "
+            "its flags)",
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the subnets, calibration images and halves"})
+    calib_batches: int = field(default=20, metadata={"metavar": "N", "help": "BN recalibration batches"})
+    batch_size: int = field(default=100, metadata={"metavar": "B", "help": "images per batch"})
+    repeat_split: bool = field(
+        default=False,
+        metadata={"help": "also measure each subnet on two disjoint halves of the validation split (test-retest)"},
+    )
+    num_workers: int = field(default=0, metadata={"flag": "--workers", "help": "data-loader worker processes"})
     progress: bool = True
     supernet: str = ""
 
     def __post_init__(self) -> None:
         for name in ("n", "calib_batches", "batch_size"):
             if getattr(self, name) <= 0:
-                raise OFAError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+                raise OFAError(f"{field_label(CollectConfig, name)} must be positive, got {getattr(self, name)}")
         if self.num_workers < 0:
-            raise OFAError(f"--workers must be >= 0, got {self.num_workers}")
+            raise OFAError(f"{field_label(CollectConfig, 'num_workers')} must be >= 0, got {self.num_workers}")
 
 
 @dataclass(frozen=True)

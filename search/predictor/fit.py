@@ -22,6 +22,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ofa.utils.errors import OFAError
+from ofa.utils.fields import field_label
 from ofa.utils.io import atomic_write, write_text
 from search.predictor.collect import AccuracyData, load_accuracy
 from search.predictor.model import AccuracyPredictor, kendall_tau
@@ -31,37 +32,40 @@ MIN_SUBNETS = 10
 
 @dataclass(frozen=True)
 class FitConfig:
-    """How to fit: split fractions, MLP size (OFA's 3 x 400 by default) and Adam settings."""
+    """How to fit (``ofa predictor fit``'s options): split fractions, MLP size (OFA's 3 x 400 by default) and
+    Adam settings."""
 
-    test_fraction: float = 0.2  # reported, never used to fit or to stop
-    stop_fraction: float = 0.15  # early stopping
-    seed: int = 0
-    hidden: int = 400
-    layers: int = 3
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    batch_size: int = 256
-    max_epochs: int = 1000
-    patience: int = 50
+    test_fraction: float = field(
+        default=0.2,
+        metadata={
+            "flag": ("--test-fraction", "--holdout"),
+            "help": "share of subnets kept for the reported figures only (never used to fit or to stop)",
+        },
+    )
+    stop_fraction: float = field(default=0.15, metadata={"help": "share of subnets that decides early stopping"})
+    seed: int = field(default=0, metadata={"help": "seed of the splits, init and batch order"})
+    hidden: int = field(default=400, metadata={"help": "hidden width (OFA's 400)"})
+    layers: int = field(default=3, metadata={"help": "hidden layers (OFA's 3)"})
+    lr: float = field(default=1e-3, metadata={"help": "Adam learning rate"})
+    weight_decay: float = field(default=0.0, metadata={"help": "Adam weight decay"})
+    batch_size: int = field(default=256, metadata={"help": "subnets per step"})
+    max_epochs: int = field(default=1000, metadata={"flag": "--epochs", "help": "most epochs"})
+    patience: int = field(default=50, metadata={"help": "epochs without early-stop improvement"})
 
     def __post_init__(self) -> None:
         for name in ("hidden", "layers", "max_epochs", "patience", "lr", "batch_size"):
             if not getattr(self, name) > 0:
-                raise OFAError(f"--{_flag(name)} must be positive, got {getattr(self, name)}")
+                raise OFAError(f"{field_label(FitConfig, name)} must be positive, got {getattr(self, name)}")
         if self.weight_decay < 0:
-            raise OFAError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+            raise OFAError(f"{field_label(FitConfig, 'weight_decay')} must be >= 0, got {self.weight_decay}")
         for name in ("test_fraction", "stop_fraction"):
             if not 0 < getattr(self, name) < 1:
-                raise OFAError(f"--{_flag(name)} must be between 0 and 1, got {getattr(self, name)}")
+                raise OFAError(f"{field_label(FitConfig, name)} must be between 0 and 1, got {getattr(self, name)}")
         if self.test_fraction + self.stop_fraction >= 0.9:
             raise OFAError(
-                f"--test-fraction + --stop-fraction must leave at least 10% to fit, got "
-                f"{self.test_fraction} + {self.stop_fraction}"
+                f"{field_label(FitConfig, 'test_fraction')} + {field_label(FitConfig, 'stop_fraction')} must leave "
+                f"at least 10% to fit, got {self.test_fraction} + {self.stop_fraction}"
             )
-
-
-def _flag(name: str) -> str:
-    return {"max_epochs": "epochs"}.get(name, name).replace("_", "-")
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from ofa.families.mbv3.space import SearchSpace, StageSpec
 from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
 from ofa.families.mbv3.transfer import fold_input_channels, rehead
 from ofa.utils.errors import OFAError
+from ofa.utils.fields import field_label
 from ofa.utils.io import file_sha256, load_torch
 
 # The paper's OFA-MobileNetV3 skeleton: what shapes cannot tell.
@@ -183,7 +184,10 @@ def _choices(found: int, given: tuple[int, ...] | None, paper: tuple[int, ...], 
     if given is None:
         return tuple(sorted({v for v in paper if v < found} | {found}))
     if max(given) != found:
-        raise OFAError(f"--{name}: the largest choice must be {found} (the checkpoint's), got {list(given)}")
+        raise OFAError(
+            f"{field_label(ImportConfig, name)}: the largest choice must be {found} (the checkpoint's), "
+            f"got {list(given)}"
+        )
     return tuple(sorted(set(given)))
 
 
@@ -287,23 +291,40 @@ def to_official_state(net: OFAMobileNetV3) -> dict[str, torch.Tensor]:
 
 @dataclass(frozen=True)
 class ImportConfig:
-    """Settings of ``ofa import``: choice lists the shapes cannot tell, and optional transfer surgery."""
+    """Settings of ``ofa import`` (its options): choice lists the shapes cannot tell, and optional transfer surgery."""
 
-    expands: tuple[int, ...] | None = None  # default: the paper's 3/4/6 up to the checkpoint's largest
-    depths: tuple[int, ...] | None = None  # default: the paper's 2/3/4 up to the checkpoint's largest
-    num_classes: int | None = None  # a fresh classifier with this many classes
-    in_channels: int | None = None  # fold the stem's RGB weights for 1-channel (or other) inputs
-    seed: int = 0  # initialises the fresh classifier
+    expands: tuple[int, ...] | None = field(
+        default=None,
+        metadata={
+            "metavar": "E,E,..",
+            "help": "expand ratio choices (default: the paper's 3,4,6 up to the checkpoint's largest)",
+        },
+    )
+    depths: tuple[int, ...] | None = field(
+        default=None,
+        metadata={
+            "metavar": "D,D,..",
+            "help": "depth choices (default: the paper's 2,3,4 up to the checkpoint's largest)",
+        },
+    )
+    num_classes: int | None = field(
+        default=None, metadata={"metavar": "N", "help": "replace the classifier by a fresh N-way one"}
+    )
+    in_channels: int | None = field(
+        default=None,
+        metadata={"metavar": "C", "help": "input channels (1: the stem's RGB weights are summed, for grayscale data)"},
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the fresh classifier"})
 
     def __post_init__(self) -> None:
         for name in ("expands", "depths"):
             values = getattr(self, name)
             if values is not None and (not values or min(values) < 1):
-                raise OFAError(f"--{name}: expected positive integers, got {list(values)}")
+                raise OFAError(f"{field_label(ImportConfig, name)}: expected positive integers, got {list(values)}")
         for name in ("num_classes", "in_channels"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise OFAError(f"--{name.replace('_', '-')}: must be positive, got {value}")
+                raise OFAError(f"{field_label(ImportConfig, name)}: must be positive, got {value}")
 
 
 def import_official(path: str | Path, config: ImportConfig = ImportConfig()) -> OFAMobileNetV3:
