@@ -11,8 +11,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="fine-tune one subnet of a supernet as an ordinary model (resumable)",
         description="Extracts subnet ARCH (our arch JSON or an official {ks, e, d, r} config) from the supernet and "
         "trains it on the recipe's data (epochs, lr, warmup_epochs, lr_schedule, optimizer, data, "
-        "distill: {teacher: none|supernet}, checkpoint). Writes DIR/subnet.pt (for ofa.load_subnet), "
-        "metrics.jsonl, recipe.yaml and checkpoints/; --resume continues a killed run to the same bits.",
+        "distill: {teacher: none|supernet}, checkpoint, logging). Writes DIR/subnet.pt (for ofa.load_subnet), "
+        "metrics.jsonl, tensorboard/ (as training does), recipe.yaml and checkpoints/; --resume continues a "
+        "killed run to the same bits.",
     )
     p.add_argument("recipe", help="fine-tuning recipe YAML, e.g. recipes/finetune_digits.yaml")
     p.add_argument("--supernet", required=True, metavar="S.pt", help="supernet file (ofa import / ofa train)")
