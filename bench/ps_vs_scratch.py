@@ -127,7 +127,7 @@ def ps_images(recipe: Recipe, train_images: int) -> dict[str, int]:
 
 def ps_run(recipe: Recipe, subnets: dict[str, Arch], data: DataBundle, cache: Path) -> dict[str, Any]:
     """Train (or resume, or reuse) the supernet of ``recipe`` and test every subnet taken from it."""
-    key = digest(recipe.to_dict())
+    key = digest(recipe.training_dict())
     run_dir = cache / f"ps-{key}"
 
     def compute() -> dict[str, Any]:

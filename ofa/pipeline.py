@@ -178,8 +178,7 @@ class Pipeline:
     def train(self, recipe: Recipe) -> Path:
         supernet = self.out / "supernet.pt"
         start = [file_sha256(recipe.init.supernet)] if recipe.init.supernet else []  # a new start file: train again
-        trained = {k: v for k, v in recipe.to_dict().items() if k != "pipeline"}  # what is trained, not what follows
-        key = digest([trained, *start])
+        key = digest([recipe.training_dict(), *start])
         if not self.done("train", key, [supernet]):
             train(recipe, self.out, resume=(self.out / "checkpoints").is_dir() or supernet.exists())
             self.mark("train", key)

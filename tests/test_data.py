@@ -51,6 +51,8 @@ def test_val_size_takes_validation_from_outside_the_training_subset():
         build_data({**base, "val_size": 1000})
     with pytest.raises(ConfigError, match=r"data.val_size: must be a positive number"):
         build_data({**base, "val_size": 0})
+    # a recipe without the key digests as before it existed, so runs cached under that digest stay found
+    assert "val_size" not in DataConfig().to_dict() and DataConfig(val_size=5).to_dict()["val_size"] == 5
 
 
 def test_augmentation_is_seeded_per_epoch_and_train_only():

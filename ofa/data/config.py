@@ -53,7 +53,10 @@ class DataConfig:
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return section_to_dict(self)
+        d = section_to_dict(self)
+        if self.val_size is None:  # a recipe without it keeps the digest its cached runs are stored under
+            del d["val_size"]
+        return d
 
 
 def parse_data_config(value: Any, where: str = "data") -> DataConfig:

@@ -196,7 +196,12 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: section_to_dict(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "source"}
         out["space"] = self.space.to_dict()
+        out["data"] = self.data.to_dict()
         return out
+
+    def training_dict(self) -> dict[str, Any]:
+        """What determines the trained weights: every section but ``pipeline:`` (what is done after training)."""
+        return {k: v for k, v in self.to_dict().items() if k != "pipeline"}
 
     def phase_index(self, name: str) -> int:
         for i, p in enumerate(self.phases):
