@@ -207,17 +207,16 @@ def _train_and_val(
     if cfg.val_size is None:
         return _split(_subset(indices, labels, cfg.train_subset, cfg.seed), labels, cfg.val_fraction, cfg.seed)
     train = _subset(indices, labels, cfg.train_subset, cfg.seed)
-    rest = np.setdiff1d(indices, train)
-    if cfg.train_subset is None:  # no subset: validation from the whole split, training on the rest
-        train, rest = indices, indices
-    if len(rest) < cfg.val_size + (cfg.train_subset is None):
+    whole = cfg.train_subset is None  # no subset: validation from the whole split, training on the rest
+    left = indices if whole else np.setdiff1d(indices, train)
+    if len(left) < cfg.val_size + whole:  # with no subset, one image at least is left to train on
         raise ConfigError(
-            f"{source}.val_size: {cfg.val_size} validation images asked, the train split has {len(rest)} "
+            f"{source}.val_size: {cfg.val_size} validation images asked, the train split has {len(left)} "
             "outside train_subset"
         )
-    if cfg.train_subset is None:
+    if whole:
         return _split(indices, labels, cfg.val_size, cfg.seed)
-    return train, _subset(rest, labels, cfg.val_size, cfg.seed)
+    return train, _subset(left, labels, cfg.val_size, cfg.seed)
 
 
 def _labels_of(ds: Any) -> np.ndarray | None:

@@ -194,10 +194,12 @@ class Recipe:
     source: str = field(default="recipe", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: section_to_dict(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "source"}
-        out["space"] = self.space.to_dict()
-        out["data"] = self.data.to_dict()
-        return out
+        own = ("space", "data")  # sections that say how they are written
+        return {
+            f.name: getattr(self, f.name).to_dict() if f.name in own else section_to_dict(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name != "source"
+        }
 
     def training_dict(self) -> dict[str, Any]:
         """What determines the trained weights: every section but ``pipeline:`` (what is done after training)."""
