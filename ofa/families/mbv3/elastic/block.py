@@ -20,7 +20,11 @@ from ofa.families.mbv3.elastic.ops import (
 )
 from ofa.families.mbv3.layers import mid_channels, se_channels
 
-_ACTS = {"relu": F.relu_, "hswish": partial(F.hardswish, inplace=True)}  # in place, as timm's BN+act
+_ACTS = {  # in place, as timm's BN+act
+    "relu": F.relu_,
+    "relu6": partial(F.relu6, inplace=True),
+    "hswish": partial(F.hardswish, inplace=True),
+}
 
 
 class BlockTensors(NamedTuple):
@@ -38,6 +42,9 @@ class BlockTensors(NamedTuple):
 class ElasticMBConv(nn.Module):
     """Pointwise expand → depthwise k×k → optional SE → pointwise project (+ skip).
 
+    ``act`` is relu, relu6 (OFA-ProxylessNAS) or hswish; ``bn_eps`` is 1e-5 in OFA-MBv3, 1e-3 in
+    OFA-ProxylessNAS.
+
     Sub-module names match timm's ``InvertedResidual`` so the active slice maps 1:1 onto the
     static block's state dict.
     """
@@ -51,6 +58,7 @@ class ElasticMBConv(nn.Module):
         expands: Sequence[int],
         se: bool,
         act: str,
+        bn_eps: float = 1e-5,
     ) -> None:
         super().__init__()
         self.in_channels, self.out_channels, self.stride = in_channels, out_channels, stride
@@ -59,12 +67,12 @@ class ElasticMBConv(nn.Module):
         self.act = _ACTS[act]
         self.has_skip = stride == 1 and in_channels == out_channels
         self.conv_pw = ElasticPointwiseConv2d(in_channels, self.max_mid)
-        self.bn1 = ElasticBatchNorm2d(self.max_mid)
+        self.bn1 = ElasticBatchNorm2d(self.max_mid, eps=bn_eps)
         self.conv_dw = ElasticDepthwiseConv2d(self.max_mid, tuple(kernels), stride)
-        self.bn2 = ElasticBatchNorm2d(self.max_mid)
+        self.bn2 = ElasticBatchNorm2d(self.max_mid, eps=bn_eps)
         self.se = ElasticSqueezeExcite(self.max_mid) if se else None
         self.conv_pwl = ElasticPointwiseConv2d(self.max_mid, out_channels)
-        self.bn3 = nn.BatchNorm2d(out_channels)
+        self.bn3 = nn.BatchNorm2d(out_channels, eps=bn_eps)
         self.active_kernel = max(kernels)
         self.active_mid = self.max_mid
 

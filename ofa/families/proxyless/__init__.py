@@ -1,0 +1,1 @@
+"""OFA-ProxylessNAS: the official once-for-all ProxylessNAS supernet family (space, supernet, timm subnets)."""
