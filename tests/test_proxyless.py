@@ -47,8 +47,8 @@ def small_space(**overrides) -> ProxylessSpace:
 
 def micro_space() -> ProxylessSpace:
     """Small enough to enumerate every gene row (128 rows, 72 distinct subnets)."""
-    return small_space(stages=(StageSpec(16, 2), StageSpec(24, 1), StageSpec(32, 2)), kernels=(3,), expands=(2, 3),
-                       depths=(1, 2), resolutions=(16,))  # fmt: skip
+    stages = (StageSpec(16, 2), StageSpec(24, 1), StageSpec(32, 2))
+    return small_space(stages=stages, kernels=(3,), expands=(2, 3), depths=(1, 2), resolutions=(16,))
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +100,11 @@ def test_preset_is_the_published_space():
 def test_bad_space_fields_name_the_field(d, field):
     with pytest.raises(SpaceError, match=rf"^{re.escape(field)}: "):
         ProxylessSpace.from_dict(d)
+
+
+def test_unknown_preset():
+    with pytest.raises(SpaceError, match=r"^preset: unknown preset 'w2' \(allowed: ofa_proxyless_d234_e346_k357_w1\.3"):
+        ProxylessSpace.preset("w2")
 
 
 def test_digits_size_recipe_keeps_spatial_size_to_the_last_stage():
@@ -220,6 +225,9 @@ def test_extracted_subnets_compute_the_supernet_exactly(supernet):
         assert expected.abs().max() > 0.1
         assert (got - expected).abs().max() <= 1e-5, arch.short()
     assert supernet.active_arch == arch  # extract leaves the active subnet as it was
+    subnet = supernet.extract(space.max_arch())
+    assert space.first_channels == space.stem_channels and not subnet.blocks[0][0].has_skip  # as the official
+    assert subnet.blocks[3][0].has_skip and not subnet.blocks[2][0].has_skip  # stride 1, 24 -> 24; stride 2
 
 
 def test_timm_rebuilds_the_subnet_from_timm_args_alone(supernet):
