@@ -12,7 +12,7 @@ from timm.models.byobnet import ByobNet
 
 from ofa.families.resnet.arch import ResNetArch
 from ofa.families.resnet.encoding import ArchEncoder, GeneLayout, sample_arch
-from ofa.families.resnet.layers import STEM_PATCH, LayerSpec, layer_module
+from ofa.families.resnet.layers import STEM_PATCH, LayerSpec, layer_module, mid_channels
 from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.subnet import build_subnet, count_macs, count_params, timm_args, timm_model
 from ofa.families.resnet.supernet import OFAResNet
@@ -153,6 +153,22 @@ def test_digits_supernet_extracts_and_trains():
     with torch.no_grad():
         assert (sub(x) - net(x)).abs().max() <= 1e-5
         assert sub.forward_features(x).shape[-2:] == (2, 2)
+
+
+def test_reorganized_channels_keep_the_function_and_the_frozen_widths(space):
+    net = perturb(OFAResNet(space)).eval()
+    net.set_active(space.max_arch(32))
+    x = torch.randn(1, 3, 32, 32)
+    block = net.stages[1][0]
+    frozen = mid_channels(max(space.stage_choices(1)), 0.2)
+    kept = block.conv1_1x1.conv.weight[:frozen].clone()
+    with torch.no_grad():
+        before = net(x)
+        net.reorganize_channels(frozen_expands=[0.2])
+        assert (net(x) - before).abs().max() <= 1e-5 * before.abs().max()  # a sum in another order
+    assert torch.equal(torch.sort(block.conv1_1x1.conv.weight[:frozen].flatten())[0], torch.sort(kept.flatten())[0])
+    importance = block.conv3_1x1.conv.weight.abs().sum((0, 2, 3))[frozen:]
+    assert torch.all(importance[:-1] >= importance[1:])
 
 
 def test_sample_active_keeps_to_restrictions(net, space):

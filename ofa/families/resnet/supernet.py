@@ -124,6 +124,19 @@ class OFAResNet(nn.Module):
         self.active_arch = previous
         return model.train(self.training)
 
+    @torch.no_grad()
+    def reorganize_channels(self, frozen_expands: Sequence[float] = ()) -> None:
+        """Sort every bottleneck's middle channels by importance (the network function is unchanged).
+
+        The channel sets of ``frozen_expands`` (ratios trained by earlier phases) at a stage's largest
+        width stay in place: sorting only happens within the bands between them, as the official code does.
+        """
+        for s, stage in enumerate(self.stages):
+            width = max(self.space.stage_choices(s))
+            bands = [mid_channels(width, e) for e in (*frozen_expands, max(self.space.expands))]
+            for block in stage:
+                block.reorganize_channels(bands)
+
     # ----------------------------------------------------------------- files
     def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> Path:
         """Supernet file: space (with ``family: resnet``) + weights (+ plain metadata)."""

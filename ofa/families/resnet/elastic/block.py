@@ -6,6 +6,8 @@ Module names mirror timm's ``BottleneckBlock`` (``conv1_1x1``, ``conv2_kxk``, ``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -52,3 +54,26 @@ class ElasticBottleneck(nn.Module):
         if self.shortcut is not None:
             parts += (("shortcut.conv", self.shortcut.conv, in_c, out),)
         return {f"{name}.{k}": v for name, op, i, o in parts for k, v in op.active_state(i, o).items()}
+
+    @torch.no_grad()
+    def reorganize_channels(self, bands: Sequence[int]) -> None:
+        """Sort the middle channels by importance, largest first, within each band ``[b_i, b_i+1)`` of the
+        prefix widths ``bands`` (the official ``re_organize_middle_weights``: conv3's L1 norms order conv2's
+        outputs, then conv2's order conv1's). The block's function is unchanged at full width."""
+        for producer, consumer in ((self.conv2_kxk, self.conv3_1x1), (self.conv1_1x1, self.conv2_kxk)):
+            order = _banded_argsort(consumer.conv.weight.abs().sum((0, 2, 3)), bands)
+            consumer.conv.weight.copy_(consumer.conv.weight[:, order])
+            producer.conv.weight.copy_(producer.conv.weight[order])
+            bn = producer.bn
+            for t in (bn.weight, bn.bias, bn.running_mean, bn.running_var):
+                t.copy_(t[order])
+
+
+def _banded_argsort(importance: torch.Tensor, bands: Sequence[int]) -> torch.Tensor:
+    """Descending argsort of ``importance`` within each band of the increasing prefix widths ``bands``."""
+    parts, start = [], 0
+    for end in sorted(set(bands)):
+        if end > start:
+            parts.append(start + torch.argsort(importance[start:end], descending=True, stable=True))
+            start = end
+    return torch.cat(parts)
