@@ -14,7 +14,7 @@ from ofa.families.resnet.arch import ResNetArch
 from ofa.families.resnet.encoding import ArchEncoder, GeneLayout, sample_arch
 from ofa.families.resnet.layers import STEM_PATCH, LayerSpec, layer_module, mid_channels
 from ofa.families.resnet.space import ResNetSpace
-from ofa.families.resnet.subnet import build_subnet, count_macs, count_params, timm_args, timm_model
+from ofa.families.resnet.subnet import build_subnet, count_macs, count_params, timm_args, timm_model, timm_snippet
 from ofa.families.resnet.supernet import OFAResNet
 from ofa.utils.errors import OFAError, SpaceError
 
@@ -202,6 +202,23 @@ def test_timm_args_rebuild_the_subnet_with_the_printed_stem_patch(net, space):
         assert not torch.allclose(plain(x), model(x))
         exec(STEM_PATCH, {"model": plain})  # what a model card prints
         assert torch.equal(plain(x), model(x))
+
+
+def test_the_model_card_snippet_rebuilds_the_subnet_with_timm_alone(tmp_path, monkeypatch):
+    """Stem patch and stem strides included (no max-pool: timm would stride the stem's last conv)."""
+    from safetensors.torch import save_file
+
+    space = ResNetSpace.from_dict({**SMALL, "stem_pool": False})
+    arch = space.max_arch(37)
+    model = perturb(build_subnet(space, arch)).eval()
+    (tmp_path / "config.json").write_text(json.dumps({"timm": timm_args(space, arch)}))
+    save_file(model.state_dict(), tmp_path / "model.safetensors")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(timm_snippet("config.json", "timm", "model.safetensors"), scope)
+    x = torch.randn(1, 3, 37, 37)
+    with torch.no_grad():
+        assert torch.equal(scope["model"](x), model(x))
 
 
 # ----------------------------------------------------------------- encoding and cost terms

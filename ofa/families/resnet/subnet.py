@@ -20,7 +20,24 @@ from ofa.families.resnet.arch import ResNetArch
 from ofa.families.resnet.layers import STEM_PATCH, add_block_input
 from ofa.families.resnet.space import ResNetSpace
 
-__all__ = ["STEM_PATCH", "build_subnet", "count_macs", "count_params", "timm_args", "timm_model"]
+__all__ = ["STEM_PATCH", "build_subnet", "count_macs", "count_params", "timm_args", "timm_model", "timm_snippet"]
+
+_SNIPPET = """\
+import json
+
+from safetensors.torch import load_file
+from timm.models.byobnet import ByobNet, ByoBlockCfg, ByoModelCfg
+
+a = json.load(open("{config}"))["{key}"]
+blocks = tuple(tuple(ByoBlockCfg(**block) for block in stage) for stage in a["blocks"])
+model = ByobNet(ByoModelCfg(blocks=blocks, **a["cfg"]), **a["kwargs"])
+if a["stem_residual"]:  # the official stem's residual 3x3 conv block
+    {patch}
+for i, stride in enumerate(a["stem_strides"]):  # timm's Stem fixes [2, 1, ..] (and 2 last without the pool)
+    getattr(model.stem, f"conv{{i + 1}}").conv.stride = (stride, stride)
+model.load_state_dict(load_file("{weights}"))
+model.eval()
+"""
 
 
 def timm_args(space: ResNetSpace, arch: ResNetArch) -> dict[str, Any]:
@@ -66,6 +83,12 @@ def timm_model(args: dict[str, Any]) -> ByobNet:
     for i, stride in enumerate(args["stem_strides"]):
         getattr(model.stem, f"conv{i + 1}").conv.stride = (stride, stride)
     return model
+
+
+def timm_snippet(config: str, key: str, weights: str) -> str:
+    """The code a model card prints to rebuild the subnet with timm alone: `timm_model` on the args stored
+    under ``key`` of the folder's ``config`` file, then the ``weights`` (safetensors)."""
+    return _SNIPPET.format(config=config, key=key, weights=weights, patch=STEM_PATCH)
 
 
 def build_subnet(space: ResNetSpace, arch: ResNetArch) -> ByobNet:
