@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -104,8 +105,8 @@ def test_count_is_the_number_of_gene_settings():
         LayerSpec("head", 3, 40, 10),
     ],
 )
-def test_layer_costs_are_the_built_modules(spec):
-    module, shape = layer_module(spec)
+def test_layer_costs_are_the_built_modules(space, spec):
+    module, shape = layer_module(space, spec), (1, spec.in_c, spec.in_hw, spec.in_hw)
     assert LayerSpec.from_key(spec.key) == spec
     assert count_params(module) == spec.params
     counter = torch.utils.flop_counter.FlopCounterMode(display=False)
@@ -249,6 +250,25 @@ def test_cost_terms_sum_to_the_space_macs_and_params(space):
         assert sum(s.macs for s in layers) == space.macs(arch)
         assert sum(s.params for s in layers) == space.params(arch)
     assert max(len(t.columns) for t in layout.terms) == 4  # resolution, expand, input and output width
+
+
+def test_cheapest_rows_are_the_exact_minimum():
+    """Random term tables on a space small enough to try every row: the dynamic program finds the minimum."""
+    space = ResNetSpace.from_dict(
+        {"widths": [0.5, 0.75, 1.0], "expands": [0.25, 0.5], "depths": [0, 1], "base_depths": [1, 2],
+         "stage_widths": [64, 128], "strides": [2, 2], "stem_width": 16, "resolutions": [16, 24]}
+    )  # fmt: skip
+    layout = GeneLayout.of(space)
+    rng = np.random.default_rng(0)
+    tables = [rng.random([int(layout.sizes[c]) for c in term.columns]) for term in layout.terms]
+    rows = np.array(list(itertools.product(*(range(n) for n in layout.sizes))))
+    active = layout.term_active(rows)
+    cost = sum(np.where(active[:, t], table[tuple(rows[:, c] for c in term.columns)], 0.0)
+               for t, (term, table) in enumerate(zip(layout.terms, tables)))  # fmt: skip
+    cheapest = layout.cheapest(np.zeros(2), tables)
+    found = {int(r[layout.resolution]): cost[np.all(rows == r, axis=1)][0] for r in cheapest}
+    for res in range(2):
+        assert found[res] == pytest.approx(cost[rows[:, layout.resolution] == res].min())
 
 
 def test_arch_encoder_features(space):

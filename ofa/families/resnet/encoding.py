@@ -142,6 +142,44 @@ class GeneLayout:
         ones = np.ones((len(slots), 1), dtype=bool)
         return np.concatenate([ones, slots, ones], axis=1)
 
+    def cheapest(self, fixed: np.ndarray, tables: Sequence[np.ndarray]) -> np.ndarray:
+        """The cheapest row at each resolution of the cost ``fixed`` + Σ active term ``tables`` (exact).
+
+        ``tables`` follow ``terms``, each indexed by its columns' choices (resolution first). The width
+        genes chain the terms (stem -> stage 0 -> ... -> head): a dynamic program over each stage's output
+        width finds the minimum, where each slot takes its cheapest expand and each stage the extra depth
+        whose blocks cost least for that width.
+        """
+        space, sl = self.space, self.slices
+        n_res, at = len(space.resolutions), np.arange(len(space.resolutions))
+        stem = np.asarray(tables[0])  # (res, stem depth, w0, w1)
+        stem_flat = stem.reshape(n_res, -1, stem.shape[-1])
+        best, stem_arg = stem_flat.min(1), stem_flat.argmin(1)  # by the stem's output width
+        stages, back = [], []
+        for s in range(space.num_stages):
+            stage = _cheapest_stage(space, s, tables[1 + space.slot_offset(s) : 1 + space.slot_offset(s + 1)])
+            total = best[:, :, None] + stage[0]  # (res, input width, output width)
+            back.append(total.argmin(1))
+            best = total.min(1)
+            stages.append(stage)
+        out = (best + np.asarray(tables[-1])).argmin(1)
+        rows = np.zeros((n_res, self.genes), dtype=np.int64)
+        rows[:, self.resolution] = at
+        w0 = sl["widths"].start
+        for s in reversed(range(space.num_stages)):
+            _, expands, depth = stages[s]
+            w_in = back[s][at, out]
+            rows[:, w0 + 2 + s] = out
+            rows[:, sl["depths"].start + 1 + s] = depth[at, out]
+            first = sl["expands"].start + space.slot_offset(s)
+            rows[:, first] = expands[0][at, w_in, out]
+            for j, arg in enumerate(expands[1:], start=1):
+                rows[:, first + j] = arg[at, out]
+            out = w_in
+        rows[:, w0 + 1] = out
+        rows[:, sl["depths"].start], rows[:, w0] = np.divmod(stem_arg[at, out], stem.shape[2])
+        return self.canonical(rows)
+
     # ----------------------------------------------------------------- random operators (OFA's)
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` uniform random archs as gene rows."""
@@ -186,6 +224,20 @@ def _terms(layout: GeneLayout) -> tuple[CostTerm, ...]:
     last = space.stage_choices(space.num_stages - 1)
     head = CostTerm((r, w0 + 1 + space.num_stages), lambda res, w: [space.head_layer(res, last[w])])
     return (CostTerm((r, stem_depth, w0, w0 + 1), stem), *(block(i) for i in range(space.num_slots)), head)
+
+
+def _cheapest_stage(
+    space: ResNetSpace, stage: int, tables: Sequence[np.ndarray]
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """A stage's least cost by (res, input width, output width), each slot's cheapest expand (first slot by
+    (res, input, output), the others by (res, output)), and the cheapest extra-depth index by (res, output)."""
+    first = np.asarray(tables[0])  # (res, expand, input width, output width)
+    rest = [np.asarray(t) for t in tables[1:]]  # (res, expand, output width)
+    per_slot = [np.zeros((first.shape[0], first.shape[-1])), *(t.min(1) for t in rest)]
+    blocks = np.cumsum(np.stack(per_slot, axis=1), axis=1)  # (res, k, output): slots 1..k
+    by_depth = blocks[:, [space.base_depths[stage] + d - 1 for d in space.depths]]  # (res, depth, output)
+    cost = first.min(1) + by_depth.min(1)[:, None, :]
+    return cost, [first.argmin(1), *(t.argmin(1) for t in rest)], by_depth.argmin(1)
 
 
 @lru_cache(maxsize=16)

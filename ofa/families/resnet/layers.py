@@ -8,6 +8,7 @@ avg-pool + 1x1 conv + BN when ``shortcut``), ``head`` (global average pool and c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from timm.layers import ClassifierHead, make_divisible
@@ -99,8 +100,9 @@ def add_block_input(module: nn.Module, args: tuple[torch.Tensor, ...], out: torc
     return args[0] + out
 
 
-def layer_module(spec: LayerSpec, batch: int = 1) -> tuple[nn.Module, tuple[int, int, int, int]]:
-    """The standalone timm module a latency table times for ``spec``, and its input shape."""
+def layer_module(space: Any, spec: LayerSpec) -> nn.Module:
+    """The standalone timm module (eval mode) a latency table times for ``spec``, on inputs of shape
+    ``(batch, spec.in_c, spec.in_hw, spec.in_hw)``; ``space`` (the family interface's) tells nothing more here."""
     layers = get_layer_fns(ByoModelCfg(blocks=(), act_layer="relu"))
     if spec.kind in ("stem", "stem_res"):
         module: nn.Module = layers.conv_norm_act(spec.in_c, spec.out_c, 3, stride=spec.stride)
@@ -113,4 +115,4 @@ def layer_module(spec: LayerSpec, batch: int = 1) -> tuple[nn.Module, tuple[int,
         module = BottleneckBlock(spec.in_c, spec.out_c, stride=spec.stride, bottle_ratio=ratio, layers=layers)
     else:
         module = ClassifierHead(spec.in_c, spec.out_c)
-    return module.eval(), (batch, spec.in_c, spec.in_hw, spec.in_hw)
+    return module.eval()
