@@ -179,8 +179,9 @@ def test_sample_active_keeps_to_restrictions(net, space):
     assert set(space.elastic_dims()) == {"depths", "expands", "widths", "resolutions"}
 
 
-def test_supernet_file_round_trip(net, tmp_path):
-    loaded = OFAResNet.load(net.save(tmp_path / "supernet.pt", meta={"k": 1}))
+@pytest.mark.parametrize("name", ["supernet.pt", "supernet.safetensors"])
+def test_supernet_file_round_trip(net, tmp_path, name):
+    loaded = OFAResNet.load(net.save(tmp_path / name, meta={"k": 1}))
     assert loaded.space == net.space and loaded.meta == {"k": 1}
     x = torch.randn(1, 3, 32, 32)
     loaded.eval().set_active(net.active_arch)
@@ -220,6 +221,22 @@ def test_the_model_card_snippet_rebuilds_the_subnet_with_timm_alone(tmp_path, mo
     x = torch.randn(1, 3, 37, 37)
     with torch.no_grad():
         assert torch.equal(scope["model"](x), model(x))
+
+
+def test_patched_subnet_exports_to_onnx(net, space):
+    """The stem patch is a forward hook, which the ONNX tracer runs (torch.export does too)."""
+    import onnxruntime as ort
+
+    from ofa.runtime.convert import export_onnx
+
+    arch = space.max_arch(37)
+    model = net.extract(arch).eval()
+    x = torch.randn(1, 3, 37, 37)
+    session = ort.InferenceSession(export_onnx(model, tuple(x.shape)))
+    (y,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        expected = model(x)
+        assert np.abs(y - expected.numpy()).max() <= 1e-4 * expected.abs().max().item()
 
 
 # ----------------------------------------------------------------- encoding and cost terms

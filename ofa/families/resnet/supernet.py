@@ -26,9 +26,11 @@ from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.subnet import timm_args, timm_model
 from ofa.utils.errors import OFAError
 from ofa.utils.io import load_torch, save_torch
+from ofa.utils.weights import load_safetensors, save_safetensors
 
 SUPERNET_FORMAT = "ofa-supernet"
 CHECKPOINT_FORMAT = "ofa-checkpoint"
+SAFETENSORS = ".safetensors"
 
 
 class OFAResNet(nn.Module):
@@ -117,8 +119,11 @@ class OFAResNet(nn.Module):
 
     def extract(self, arch: ResNetArch | None = None) -> nn.Module:
         """A static timm ByobNet computing exactly the subnet ``arch`` (default: the active one)."""
-        previous = self.active_arch
-        arch = previous if arch is None else self.set_active(arch)
+        return self.extract_checked(self.active_arch if arch is None else self.space.validate(arch))
+
+    def extract_checked(self, arch: ResNetArch) -> nn.Module:
+        """`extract` of an arch its caller has validated against this space."""
+        previous, self.active_arch = self.active_arch, arch
         model = timm_model(timm_args(self.space, arch))
         model.load_state_dict(self.active_state_dict())
         self.active_arch = previous
@@ -139,26 +144,38 @@ class OFAResNet(nn.Module):
 
     # ----------------------------------------------------------------- files
     def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> Path:
-        """Supernet file: space (with ``family: resnet``) + weights (+ plain metadata)."""
+        """Supernet file: space (with ``family: resnet``) + weights (+ plain metadata); a ``.safetensors``
+        path writes safetensors with the rest as JSON in its header."""
         record = {"format": SUPERNET_FORMAT, "space": self.space.to_dict(), "meta": meta or {}}
+        if Path(path).suffix == SAFETENSORS:
+            return save_safetensors(path, self.state_dict(), record)
         return save_torch(path, {**record, "state_dict": self.state_dict()})
 
     @classmethod
     def load(cls, path: str | Path) -> OFAResNet:
         """Load a supernet file or training checkpoint of a resnet space; ``net.meta`` holds the stored metadata."""
-        obj = load_torch(path, "supernet checkpoint")
+        if Path(path).suffix == SAFETENSORS:
+            state, obj = load_safetensors(path, "supernet file")
+            obj = {**obj, "state_dict": state}
+        else:
+            obj = load_torch(path, "supernet checkpoint")
         fmt = obj.get("format")
         if fmt not in (SUPERNET_FORMAT, CHECKPOINT_FORMAT):
             raise OFAError(f"{path}: not an ofa supernet or training checkpoint (format={fmt!r})")
         state = obj.get("state_dict" if fmt == SUPERNET_FORMAT else "model")
         if not isinstance(obj.get("space"), dict) or not isinstance(state, dict):
             raise OFAError(f"{path}: checkpoint lacks its space or weights")
-        net = cls(ResNetSpace.from_dict(obj["space"], f"{path}:space"))
+        return cls.from_record(obj, state, str(path))
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], state: dict[str, Any], source: str) -> OFAResNet:
+        """The supernet of a supernet file's record (space mapping, meta) and weights read from ``source``."""
+        net = cls(ResNetSpace.from_dict(record["space"], f"{source}:space"))
         try:
             net.load_state_dict(state)
         except RuntimeError as exc:
-            raise OFAError(f"{path}: weights do not match the stored space: {str(exc).splitlines()[0]}") from None
-        net.meta = dict(obj.get("meta") or {})
+            raise OFAError(f"{source}: weights do not match the stored space: {str(exc).splitlines()[0]}") from None
+        net.meta = dict(record.get("meta") or {})
         return net
 
     def copy(self) -> OFAResNet:
