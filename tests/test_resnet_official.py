@@ -18,6 +18,7 @@ from ofa.families.resnet.official import (
 )
 from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.supernet import OFAResNet
+from ofa.families.resnet.transfer import adapt_supernet, derive_space
 from ofa.utils.errors import OFAError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -124,3 +125,24 @@ def test_truncated_checkpoint_names_the_missing_key(tmp_path):
     del state["blocks.3.conv2.bn.bn.running_var"]
     with pytest.raises(OFAError, match=r"missing key 'blocks\.3\.conv2\.bn\.running_var'"):
         import_official(_save(tmp_path, state), WIDTHS)
+
+
+def test_import_with_transfer_surgery(imported):
+    """A fresh 3-way classifier and a grayscale stem; every other weight is the official one."""
+    net = import_official(CHECKPOINT, ImportConfig(widths=WIDTHS.widths, num_classes=3, in_channels=1)).eval()
+    assert (net.space.num_classes, net.space.in_channels) == (3, 1)
+    assert net.meta["fresh_classifier"] and len(net.meta["mean"]) == 1
+    rgb = imported.stem.conv1.conv.weight
+    assert torch.allclose(net.stem.conv1.conv.weight, rgb.sum(1, keepdim=True))
+    assert torch.equal(net.stages[3][1].conv2_kxk.conv.weight, imported.stages[3][1].conv2_kxk.conv.weight)
+    with torch.no_grad():
+        assert net(torch.randn(2, 1, 64, 64)).shape == (2, 3)
+
+
+def test_derived_spaces_change_only_what_the_weights_allow(imported):
+    base = imported.space
+    derived = derive_space(base, {"num_classes": 4, "resolutions": [64]})
+    assert (derived.num_classes, derived.resolutions) == (4, (64,))
+    assert adapt_supernet(imported, derived).head.fc.weight.shape == (4, 408)
+    with pytest.raises(OFAError, match=r"space\.widths: differs from the starting supernet's"):
+        derive_space(base, {"widths": [0.2]})

@@ -20,6 +20,7 @@ import torch
 from ofa.families.resnet.layers import mid_channels
 from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAResNet
+from ofa.families.resnet.transfer import fold_input_channels, rehead
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import file_sha256, load_torch
@@ -127,6 +128,24 @@ class ImportConfig:
     depths: tuple[int, ...] | None = field(
         default=None, metadata={"metavar": "D,D,..", "help": "extra depths (default: 0,1,2 up to the checkpoint's)"}
     )
+    num_classes: int | None = field(
+        default=None, metadata={"metavar": "N", "help": "replace the classifier by a fresh N-way one"}
+    )
+    in_channels: int | None = field(
+        default=None,
+        metadata={"metavar": "C", "help": "input channels (1: the stem's RGB weights are summed, for grayscale data)"},
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the fresh classifier"})
+
+    def __post_init__(self) -> None:
+        for name in ("widths", "expands", "depths"):
+            values = getattr(self, name)
+            if values is not None and (not values or min(values) < (0 if name == "depths" else 1e-9)):
+                raise OFAError(f"{field_label(ImportConfig, name)}: expected positive values, got {list(values)}")
+        for name in ("num_classes", "in_channels"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise OFAError(f"{field_label(ImportConfig, name)}: must be positive, got {value}")
 
 
 def _check_largest(space: ResNetSpace, state: Mapping[str, torch.Tensor], counts: list[int], source: str) -> None:
@@ -198,7 +217,7 @@ def load_official_weights(net: OFAResNet, state: Mapping[str, torch.Tensor], sou
 
 
 def import_official(path: str | Path, config: ImportConfig = ImportConfig()) -> OFAResNet:
-    """Our supernet computing what the official OFA-ResNet checkpoint at ``path`` computes.
+    """Our supernet computing what the official OFA-ResNet checkpoint at ``path`` computes (then the transfer surgery).
 
     ``net.meta`` carries the official preprocessing and where the weights came from; its BN statistics
     are the supernet's, so each subnet needs BN recalibration before it is deployed.
@@ -215,4 +234,8 @@ def import_official(path: str | Path, config: ImportConfig = ImportConfig()) -> 
         },
         "bn_recalibration": "required: official subnets are evaluated with per-subnet BN statistics",
     }
+    if config.in_channels is not None and config.in_channels != net.space.in_channels:
+        net = fold_input_channels(net, config.in_channels)
+    if config.num_classes is not None:
+        net = rehead(net, config.num_classes, config.seed)
     return net

@@ -20,7 +20,16 @@ from ofa.families.resnet.arch import ResNetArch
 from ofa.families.resnet.layers import STEM_PATCH, add_block_input
 from ofa.families.resnet.space import ResNetSpace
 
-__all__ = ["STEM_PATCH", "build_subnet", "count_macs", "count_params", "timm_args", "timm_model", "timm_snippet"]
+__all__ = [
+    "STEM_PATCH",
+    "TIMM_SNIPPET",
+    "build_subnet",
+    "count_macs",
+    "count_params",
+    "timm_args",
+    "timm_model",
+    "timm_snippet",
+]
 
 _SNIPPET = """\
 import json
@@ -32,12 +41,14 @@ a = json.load(open("{config}"))["{key}"]
 blocks = tuple(tuple(ByoBlockCfg(**block) for block in stage) for stage in a["blocks"])
 model = ByobNet(ByoModelCfg(blocks=blocks, **a["cfg"]), **a["kwargs"])
 if a["stem_residual"]:  # the official stem's residual 3x3 conv block
-    {patch}
+    PATCH
 for i, stride in enumerate(a["stem_strides"]):  # timm's Stem fixes [2, 1, ..] (and 2 last without the pool)
     getattr(model.stem, f"conv{{i + 1}}").conv.stride = (stride, stride)
 model.load_state_dict(load_file("{weights}"))
 model.eval()
 """
+# What a model card prints, placeholders {config}, {key}, {weights} (``str.format``; `timm_snippet` fills them).
+TIMM_SNIPPET = _SNIPPET.replace("PATCH", STEM_PATCH)
 
 
 def timm_args(space: ResNetSpace, arch: ResNetArch) -> dict[str, Any]:
@@ -88,7 +99,7 @@ def timm_model(args: dict[str, Any]) -> ByobNet:
 def timm_snippet(config: str, key: str, weights: str) -> str:
     """The code a model card prints to rebuild the subnet with timm alone: `timm_model` on the args stored
     under ``key`` of the folder's ``config`` file, then the ``weights`` (safetensors)."""
-    return _SNIPPET.format(config=config, key=key, weights=weights, patch=STEM_PATCH)
+    return TIMM_SNIPPET.format(config=config, key=key, weights=weights)
 
 
 def build_subnet(space: ResNetSpace, arch: ResNetArch) -> ByobNet:
