@@ -56,11 +56,11 @@ def timm_args(space: ResNetSpace, arch: ResNetArch) -> dict[str, Any]:
     alone (plus `STEM_PATCH`) rebuilds the subnet (`timm_model` is the code its model card shows)."""
     mid, stem_out, _ = space.channels(arch)
     residual = space.stem_block_runs(arch)
-    blocks: list[list[dict[str, Any]]] = []
-    for s, _, spec in _blocks(space, arch):
-        if len(blocks) <= s:
-            blocks.append([])
-        blocks[s].append({"type": "bottle", "d": 1, "c": spec.out_c, "s": spec.stride, "br": spec.mid / spec.out_c})
+    specs = iter(layer for layer in space.layers(arch) if layer.kind == "bottleneck")
+    blocks = [
+        [{"type": "bottle", "d": 1, "c": spec.out_c, "s": spec.stride, "br": spec.mid / spec.out_c} for spec in stage]
+        for stage in ([next(specs) for _ in range(space.stage_depth(arch, s))] for s in range(space.num_stages))
+    ]
     stem_chs = [mid, mid, stem_out] if residual else [mid, stem_out]
     return {
         "blocks": blocks,
@@ -75,12 +75,6 @@ def timm_args(space: ResNetSpace, arch: ResNetArch) -> dict[str, Any]:
         "stem_residual": residual,  # apply STEM_PATCH
         "stem_strides": [space.stem_stride] + [1] * (len(stem_chs) - 1),
     }
-
-
-def _blocks(space: ResNetSpace, arch: ResNetArch) -> list[tuple[int, int, Any]]:
-    """(stage, index, spec) of each bottleneck ``arch`` runs."""
-    specs = iter(layer for layer in space.layers(arch) if layer.kind == "bottleneck")
-    return [(s, j, next(specs)) for s in range(space.num_stages) for j in range(space.stage_depth(arch, s))]
 
 
 def timm_model(args: dict[str, Any]) -> ByobNet:
