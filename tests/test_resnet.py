@@ -174,9 +174,16 @@ def test_reorganized_channels_keep_the_function_and_the_frozen_widths(space):
 
 def test_sample_active_keeps_to_restrictions(net, space):
     for seed in range(10):
-        arch = net.sample_active(seed, depths=[2], expands=[0.35], widths=[0.2], resolutions=[37])
+        arch = net.sample_active(seed, depths=[2], expands=[0.35], widths=[2], resolutions=[37])
         assert arch == space.max_arch(37)
-    assert set(space.elastic_dims()) == {"depths", "expands", "widths", "resolutions"}
+        arch = net.sample_active(seed, depths=[0, 1], widths=[0])
+        assert arch.depths[0] == 0 and max(arch.depths) <= 1 and set(arch.widths) == {0}
+    dims = space.elastic_dims()
+    assert dims == {"depths": (0, 1, 2), "expands": (0.2, 0.25, 0.35), "widths": (0, 1, 2), "resolutions": (32, 37, 48)}
+    layout = GeneLayout.of(space)
+    assert layout.uniform(37, {d: max(c) for d, c in dims.items() if d != "resolutions"}) == space.max_arch(37)
+    assert layout.uniform(32, {d: min(c) for d, c in dims.items() if d != "resolutions"}) == space.min_arch(32)
+    assert layout.uniform(32, {"depths": 1}).depths == (0, 1, 1, 1, 1)  # the stem block runs at depth 2 only
 
 
 @pytest.mark.parametrize("name", ["supernet.pt", "supernet.safetensors"])

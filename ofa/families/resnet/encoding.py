@@ -95,6 +95,19 @@ class GeneLayout:
         values = [arch.resolution, *arch.depths, *arch.expands, *arch.widths]
         return np.array([c.index(v) for c, v in zip(self.choices, values, strict=True)], dtype=np.int64)
 
+    def uniform(self, resolution: int, values: Mapping[str, Any]) -> ResNetArch:
+        """The arch taking ``values[group]`` in every gene of each named group (named as ``elastic_dims()``)
+        at ``resolution``, the other genes their first choice; the stem's depth gene runs its block only at
+        the largest depth, as in `sample_arch`."""
+        row = np.zeros(self.genes, dtype=np.int64)
+        row[self.resolution] = self.choices[self.resolution].index(resolution)
+        stem = self.slices["depths"].start
+        for group, value in values.items():
+            for col in range(*self.slices[group].indices(self.genes)):
+                skip = col == stem and value != self.space.max_depth
+                row[col] = self.choices[col].index(min(self.space.depths) if skip else value)
+        return self.decode(row)
+
     def encode_many(self, archs: Sequence[ResNetArch]) -> np.ndarray:
         return np.stack([self.encode(a) for a in archs]) if len(archs) else np.zeros((0, self.genes), np.int64)
 
@@ -251,14 +264,14 @@ def sample_arch(
     *,
     depths: Sequence[int] | None = None,
     expands: Sequence[float] | None = None,
-    widths: Sequence[float] | None = None,
+    widths: Sequence[int] | None = None,
     resolutions: Sequence[int] | None = None,
 ) -> ResNetArch:
     """Uniform random arch, optionally restricted to subsets of the choices (a training phase; ``widths`` by
-    their multipliers). The stem's depth gene is drawn from the smallest and largest allowed depth, as OFA does."""
+    index). The stem's depth gene is drawn from the smallest and largest allowed depth, as OFA does."""
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     ds = list(depths or space.depths)
-    ws = [space.widths.index(w) for w in (widths or space.widths)]
+    ws = list(widths or range(len(space.widths)))
     stem = int(rng.choice([min(ds), max(ds)]))
     stem = stem if stem == space.max_depth else min(space.depths)
     return ResNetArch(

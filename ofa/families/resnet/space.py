@@ -160,8 +160,9 @@ class ResNetSpace:
 
     # ----------------------------------------------------------------- archs
     def elastic_dims(self) -> dict[str, tuple[Any, ...]]:
-        """The dimensions a training phase can restrict (widths by their multipliers)."""
-        return {"depths": self.depths, "expands": self.expands, "widths": self.widths, "resolutions": self.resolutions}
+        """The dimensions a training phase can restrict; widths by their index into ``widths`` (as archs say them)."""
+        widths = tuple(range(len(self.widths)))
+        return {"depths": self.depths, "expands": self.expands, "widths": widths, "resolutions": self.resolutions}
 
     def uniform_arch(self, resolution: int, depth: int, expand: float, width: int) -> ResNetArch:
         """The subnet making the same choice everywhere (``width`` an index; not checked against the space)."""

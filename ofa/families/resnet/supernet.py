@@ -70,7 +70,7 @@ class OFAResNet(nn.Module):
         *,
         depths: Sequence[int] | None = None,
         expands: Sequence[float] | None = None,
-        widths: Sequence[float] | None = None,
+        widths: Sequence[int] | None = None,
         resolutions: Sequence[int] | None = None,
     ) -> ResNetArch:
         """Activate a random subnet (``encoding.sample_arch``), optionally restricted to subsets of the choices."""
