@@ -299,6 +299,7 @@ def test_arch_encoder_features(space):
     enc = ArchEncoder(space)
     arch = space.min_arch(48)
     f = enc.encode(arch)
+    assert enc.dim == 3 + 2 + 18 * 3 + 6 * 3  # resolution, stem block, expands per slot, widths
     assert f.shape == (1, enc.dim)
     # resolution, stem depth, the 2+2+4+2 blocks' expands (none of the extra slots) and 6 widths
     assert f.sum() == 1 + 1 + 10 + 6

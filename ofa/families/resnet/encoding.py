@@ -288,10 +288,12 @@ class ArchEncoder:
 
     def __init__(self, space: ResNetSpace) -> None:
         self.space, self.layout = space, GeneLayout.of(space)
-        sizes = self.layout.sizes
+        depths = self.layout.slices["depths"]
+        self._stage_genes = np.arange(depths.start + 1, depths.stop)  # no features of their own
+        sizes = self.layout.sizes.copy()
+        sizes[self._stage_genes] = 0
         self._offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         self.dim = int(sizes.sum())
-        self._stage_genes = np.arange(self.layout.slices["depths"].start + 1, self.layout.slices["depths"].stop)
 
     def encode_rows(self, rows: np.ndarray) -> np.ndarray:
         """(n, dim) float32 features of integer gene rows (the stages' depths are implicit in the expands)."""
