@@ -124,9 +124,11 @@ class OFAResNet(nn.Module):
     def extract_checked(self, arch: ResNetArch) -> nn.Module:
         """`extract` of an arch its caller has validated against this space."""
         previous, self.active_arch = self.active_arch, arch
-        model = timm_model(timm_args(self.space, arch))
-        model.load_state_dict(self.active_state_dict())
-        self.active_arch = previous
+        try:
+            model = timm_model(timm_args(self.space, arch))
+            model.load_state_dict(self.active_state_dict())
+        finally:
+            self.active_arch = previous
         return model.train(self.training)
 
     @torch.no_grad()
