@@ -94,6 +94,8 @@ def test_widths_the_shapes_cannot_tell_are_asked_for():
         import_official(CHECKPOINT, ImportConfig(widths=WIDTHS.widths, expands=(0.2, 0.25)))
     with pytest.raises(OFAError, match="the largest must be 2"):
         import_official(CHECKPOINT, ImportConfig(widths=WIDTHS.widths, depths=(0, 1)))
+    with pytest.raises(OFAError, match="widths / --widths: expected positive numbers"):
+        ImportConfig(widths=(0.0, 0.2))
 
 
 def test_published_space_is_inferred_without_flags():

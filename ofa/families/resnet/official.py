@@ -140,8 +140,9 @@ class ImportConfig:
     def __post_init__(self) -> None:
         for name in ("widths", "expands", "depths"):
             values = getattr(self, name)
-            if values is not None and (not values or min(values) < (0 if name == "depths" else 1e-9)):
-                raise OFAError(f"{field_label(ImportConfig, name)}: expected positive values, got {list(values)}")
+            if values is not None and not (values and (min(values) >= 0 if name == "depths" else min(values) > 0)):
+                kind = "non-negative integers" if name == "depths" else "positive numbers"
+                raise OFAError(f"{field_label(ImportConfig, name)}: expected {kind}, got {list(values)}")
         for name in ("num_classes", "in_channels"):
             value = getattr(self, name)
             if value is not None and value < 1:
