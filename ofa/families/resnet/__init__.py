@@ -1,0 +1,1 @@
+"""OFA-ResNet50: the elastic ResNet-D supernet of once-for-all (depths, bottleneck expands, widths)."""

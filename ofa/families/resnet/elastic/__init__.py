@@ -1,0 +1,6 @@
+"""Dynamic ops and the elastic bottleneck block of the ResNet supernet."""
+
+from ofa.families.resnet.elastic.block import ElasticBottleneck, ElasticShortcut
+from ofa.families.resnet.elastic.ops import ElasticBatchNorm2d, ElasticConvBn
+
+__all__ = ["ElasticBatchNorm2d", "ElasticBottleneck", "ElasticConvBn", "ElasticShortcut"]

@@ -1,0 +1,61 @@
+"""Dynamic ops of the ResNet supernet: each holds the largest weights and runs their leading channels.
+
+What the official ``DynamicConv2d``/``DynamicBatchNorm2d`` compute (prefix slices ``[:out, :in]``, BN
+over the first channels of its statistics). ``active_state`` hands the same slices to the extracted
+timm subnet under timm's names (``conv.weight``, ``bn.*`` of a ``ConvNormAct``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ElasticBatchNorm2d(nn.BatchNorm2d):
+    """Batch norm over the first C channels of its statistics and affine parameters."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = x.shape[1]
+        if c == self.num_features:
+            return super().forward(x)
+        factor = self.momentum
+        if self.training:
+            self.num_batches_tracked.add_(1)
+            if factor is None:  # cumulative average, as used by BN recalibration
+                factor = 1.0 / float(self.num_batches_tracked)
+        return F.batch_norm(
+            x,
+            self.running_mean[:c],
+            self.running_var[:c],
+            self.weight[:c],
+            self.bias[:c],
+            self.training,
+            factor or 0.0,
+            self.eps,
+        )
+
+    def active_state(self, channels: int) -> dict[str, torch.Tensor]:
+        state = {n: getattr(self, n)[:channels].clone() for n in ("weight", "bias", "running_mean", "running_var")}
+        return {**state, "num_batches_tracked": self.num_batches_tracked.clone()}
+
+
+class ElasticConvBn(nn.Module):
+    """k x k conv (no bias, 'same' padding) + BN (+ ReLU): timm's ``ConvNormAct`` with elastic channels."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int = 1, stride: int = 1, act: bool = True):
+        super().__init__()
+        self.stride, self.act = stride, act
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel, stride, kernel // 2, bias=False)
+        nn.init.kaiming_normal_(self.conv.weight, mode="fan_out", nonlinearity="relu")
+        self.bn = ElasticBatchNorm2d(out_channels)
+
+    def forward(self, x: torch.Tensor, out_channels: int) -> torch.Tensor:
+        weight = self.conv.weight[:out_channels, : x.shape[1]]
+        x = self.bn(F.conv2d(x, weight, None, self.stride, self.conv.padding))
+        return F.relu(x) if self.act else x
+
+    def active_state(self, in_channels: int, out_channels: int) -> dict[str, torch.Tensor]:
+        """State dict of timm's ``ConvNormAct`` of these widths, with this op's weights."""
+        weight = self.conv.weight[:out_channels, :in_channels].clone()
+        return {"conv.weight": weight, **{f"bn.{k}": v for k, v in self.bn.active_state(out_channels).items()}}
