@@ -21,8 +21,9 @@ import torch
 
 from ofa.families.mbv3.layers import mid_channels
 from ofa.families.mbv3.space import SearchSpace, StageSpec
-from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.mbv3.transfer import fold_input_channels, rehead
+from ofa.families.supernet_file import CHECKPOINT_FORMAT, SUPERNET_FORMAT
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import file_sha256, load_torch
@@ -57,6 +58,7 @@ _BLOCK = {
 }
 _MATRIX = re.compile(r"^depth_conv\.conv\.(\d+)to(\d+)_matrix$")
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.conv\.(.+)$")
+_LANDMARKS = ("first_conv.conv.weight", "final_expand_layer.conv.weight", "feature_mix_layer.conv.weight")
 
 
 def _fixed_map(final: int) -> dict[str, str]:
@@ -130,8 +132,7 @@ def read_official(path: str | Path) -> dict[str, torch.Tensor]:
         if name in out:
             raise OFAError(f"{path}: keys {key!r} and another name the same tensor {name!r}")
         out[name] = value.float() if value.is_floating_point() else value
-    landmarks = ("first_conv.conv.weight", "final_expand_layer.conv.weight", "feature_mix_layer.conv.weight")
-    missing = [k for k in landmarks if k not in out]
+    missing = [k for k in _LANDMARKS if k not in out]
     if missing or not any(_BLOCK_KEY.match(k) for k in out):
         sample = ", ".join(sorted(out)[:3])
         raise OFAError(
@@ -139,6 +140,12 @@ def read_official(path: str | Path) -> dict[str, torch.Tensor]:
             f"; found {sample}, ...)"
         )
     return out
+
+
+def matches(state: Mapping[str, Any]) -> bool:
+    """Whether an official state dict (any key naming) is an OFA-MobileNetV3's: its landmark tensors are there."""
+    names = {canonical_key(str(k)) for k in state}
+    return all(k in names for k in _LANDMARKS) and any(_BLOCK_KEY.match(k) for k in names)
 
 
 def _shape(state: Mapping[str, torch.Tensor], key: str, source: str, dims: int) -> tuple[int, ...]:

@@ -14,7 +14,8 @@ import torch
 from timm.models import adapt_input_conv
 
 from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.supernet_file import CHECKPOINT_FORMAT, SUPERNET_FORMAT
 from ofa.utils.errors import OFAError
 from ofa.utils.io import load_torch
 

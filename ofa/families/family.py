@@ -1,0 +1,44 @@
+"""What a supernet family provides: the ``Family`` record the registry (``ofa.families.registry``) holds.
+
+Every stage reaches a family only through this record (and the space, arch and supernet objects it
+makes), so adding a family is a subpackage plus one ``Family`` in the registry; nothing outside
+``ofa/families/`` names one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+Space: TypeAlias = Any  # a family's search space (mbv3: SearchSpace); its family is registry.family_of(space)
+Arch: TypeAlias = Any  # an arch of a family's space (mbv3: Arch)
+Supernet: TypeAlias = Any  # a family's supernet nn.Module (mbv3: OFAMobileNetV3)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family: its types, its gene layout and predictor encoder, its timm subnets and its importer.
+
+    Spaces, archs and supernets follow the contract of ``docs/families.md`` (mbv3's ``SearchSpace``,
+    ``Arch`` and ``OFAMobileNetV3`` are the model).
+    """
+
+    name: str
+    space_type: type  # from_dict(d, source), to_dict, fingerprint, validate, layers, elastic_dims...
+    presets: Mapping[str, Callable[[], Any]]  # preset name -> its space
+    arch_type: type  # from_dict(d, source), from_ofa_config(config, resolution, source), to_ofa_config...
+    supernet_type: type  # supernet_type(space): set_active, sample_active, extract, save/load
+    layer_type: type  # LayerSpec: key, from_key(key), macs, params
+    layout: Callable[[Any], Any]  # space -> its gene layout (ofa.families.genes.GeneLayoutBase), cached
+    encoder: Callable[[Any], Any]  # space -> the predictor's ArchEncoder (dim, encode_rows, encode)
+    sample_arch: Callable[..., Any]  # (space, rng, **restrictions by elastic_dims names) -> arch
+    build_subnet: Callable[[Any, Any], Any]  # (space, arch) -> timm model
+    timm_args: Callable[[Any, Any], dict[str, Any]]  # (space, arch) -> JSON-able args of timm_model
+    timm_model: Callable[[dict[str, Any]], Any]  # args -> timm model (what a model folder's config.json rebuilds)
+    layer_module: Callable[[Any, Any], Any]  # (space, layer spec) -> the nn.Module a latency table times for it
+    official_matches: Callable[[Mapping[str, Any]], bool]  # official state dict -> is it this family's
+    official_import: Callable[[Any, Any], Any]  # (path, import config) -> supernet
+    import_config: type  # the flags of `ofa import` for this family (a dataclass of ofa.utils.fields)
+    # default progressive-shrinking phases: (name, the elastic_dims() it opens; the others at their largest)
+    phases: Sequence[tuple[str, tuple[str, ...]]] = ()
