@@ -9,7 +9,8 @@ layout, so they cannot disagree about what a column means.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -92,6 +93,20 @@ class GeneLayout(GeneLayoutBase):
         out = np.ones((len(slots), self.genes), dtype=bool)
         out[:, self.slices["kernels"]] = out[:, self.slices["expands"]] = slots
         return out
+
+    def every_arch(self, resolution: int) -> Iterator[Arch]:
+        """Every distinct subnet at ``resolution`` once (unused slots take the first choice)."""
+        space = self.space
+        d = space.max_depth
+        block_choices = list(itertools.product(space.kernels, space.expands))
+        for depths in itertools.product(space.depths, repeat=space.num_stages):
+            per_stage = [itertools.product(block_choices, repeat=depth) for depth in depths]
+            for blocks in itertools.product(*per_stage):
+                kernels, expands = [space.kernels[0]] * space.num_slots, [space.expands[0]] * space.num_slots
+                for s, stage in enumerate(blocks):
+                    for j, (k, e) in enumerate(stage):
+                        kernels[s * d + j], expands[s * d + j] = k, e
+                yield Arch(resolution, depths, tuple(kernels), tuple(expands))
 
     # ----------------------------------------------------------------- cost terms
     @property
