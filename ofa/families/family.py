@@ -17,6 +17,19 @@ Supernet: TypeAlias = Any  # a family's supernet nn.Module (mbv3: OFAMobileNetV3
 
 
 @dataclass(frozen=True)
+class TimmFolder:
+    """How a model folder (config.json and card) describes the family's timm subnets."""
+
+    key: str  # the config.json key holding `timm_args`
+    architecture: str  # config.json's ``architecture`` (not in timm's registry: rebuilt from ``key``)
+    holds: str  # what the card says ``key`` holds (mbv3: arch-definition strings and MobileNetV3 arguments)
+    snippet: str  # lines rebuilding the model with timm alone; placeholders {config}, {weights}, {key}
+    first_conv: str  # pretrained_cfg's module names
+    classifier: str
+    num_features: Callable[[Any], int]  # space -> width of the features the classifier reads
+
+
+@dataclass(frozen=True)
 class Family:
     """One family: its types, its gene layout and predictor encoder, its timm subnets and its importer.
 
@@ -40,5 +53,6 @@ class Family:
     official_matches: Callable[[Mapping[str, Any]], bool]  # official state dict -> is it this family's
     official_import: Callable[[Any, Any], Any]  # (path, import config) -> supernet
     import_config: type  # the flags of `ofa import` for this family (a dataclass of ofa.utils.fields)
+    timm_folder: TimmFolder
     # default progressive-shrinking phases: (name, the elastic_dims() it opens; the others at their largest)
     phases: Sequence[tuple[str, tuple[str, ...]]] = ()

@@ -54,6 +54,11 @@ def family_of(space: Any) -> Family:
     raise OFAError(f"{type(space).__name__} is not the space of a registered family ({', '.join(family_names())})")
 
 
+def is_space(obj: Any) -> bool:
+    """Whether ``obj`` is the space of a registered family."""
+    return any(isinstance(obj, f.space_type) for f in _FAMILIES.values())
+
+
 def layout_of(space: Any) -> Any:
     """The gene layout of ``space`` (``ofa.families.genes.GeneLayoutBase``; cached by the family)."""
     return family_of(space).layout(space)

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 from ofa.data.config import DataConfig, parse_data_config
 from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.subnet import save_subnet
 from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.subnet_file import save_subnet
 from ofa.train.bn import resize
 from ofa.train.distill import frozen_teacher, soft_cross_entropy
 from ofa.train.distributed import DistEnv, resolve_device

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ofa.families.family import Family
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.encoding import ArchEncoder, GeneLayout, sample_arch
+from ofa.families.mbv3.hub import MBV3_FOLDER
 from ofa.families.mbv3.layer_modules import layer_module
 from ofa.families.mbv3.layers import LayerSpec
 from ofa.families.mbv3.official import ImportConfig, import_official, matches
@@ -29,6 +30,7 @@ MBV3 = Family(
     official_matches=matches,
     official_import=import_official,
     import_config=ImportConfig,
+    timm_folder=MBV3_FOLDER,
     phases=(  # the paper's progressive shrinking: each phase opens these dimensions, the rest at their largest
         ("full", ("resolutions",)),
         ("kernel", ("resolutions", "kernels")),
