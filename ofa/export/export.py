@@ -261,7 +261,7 @@ def _export_static(subject: StaticSubnet, cfg: ExportConfig, data: Any, table: L
 
 def _static_subnet(net: Supernet, arch: Arch, cfg: ExportConfig, data: Any) -> StaticSubnet:
     """The timm subnet of a checked arch in eval mode, BN recalibrated on training images when there are any."""
-    model = net.extract(arch).eval()
+    model = net.extract_checked(arch).eval()
     bn_batches = 0
     if data is not None and cfg.calib_batches > 0:
         calib = make_loader(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed)

@@ -54,5 +54,8 @@ class Family:
     official_import: Callable[[Any, Any], Any]  # (path, import config) -> supernet
     import_config: type  # the flags of `ofa import` for this family (a dataclass of ofa.utils.fields)
     timm_folder: TimmFolder
+    # (base space, a recipe's space: overrides, where) -> the space a run from a supernet of ``base`` trains
+    derive_space: Callable[[Any, Any, str], Any]
+    adapt_supernet: Callable[[Any, Any, int], Any]  # (supernet, derived space, seed) -> supernet fitted to it
     # default progressive-shrinking phases: (name, the elastic_dims() it opens; the others at their largest)
     phases: Sequence[tuple[str, tuple[str, ...]]] = ()

@@ -67,6 +67,20 @@ class GeneLayoutBase(ABC):
         """Arch -> row of choice indices; ``SpaceError`` naming ``source`` if a value is no choice."""
 
     @abstractmethod
+    def decode(self, row: np.ndarray) -> Any:
+        """Row of choice indices -> arch."""
+
+    def uniform(self, resolution: int, values: Mapping[str, int]) -> Any:
+        """The arch taking ``values[group]`` in every gene of each named group (groups are named as the
+        space's ``elastic_dims()``), at ``resolution``; the other genes take their first choice."""
+        row = np.zeros(self.genes, dtype=np.int64)
+        row[self.resolution] = self.choices[self.resolution].index(resolution)
+        for group, value in values.items():
+            for col in range(*self.slices[group].indices(self.genes)):
+                row[col] = self.choices[col].index(value)
+        return self.decode(row)
+
+    @abstractmethod
     def active(self, rows: np.ndarray) -> np.ndarray:
         """(n, genes) mask of the genes each row's subnet depends on."""
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ofa.families.family import Family
 from ofa.families.mbv3.family import MBV3
-from ofa.families.supernet_file import read_record
+from ofa.families.supernet_file import read_record, read_space_dict
 from ofa.utils.errors import OFAError, SpaceError
 from ofa.utils.io import read_text
 
@@ -90,6 +90,13 @@ def _without_default_family(d: Mapping[str, Any]) -> Mapping[str, Any]:
     return {k: v for k, v in d.items() if k != "family"} if d.get("family", DEFAULT_FAMILY) == DEFAULT_FAMILY else d
 
 
+def arch_from_any(space: Any, d: Any, source: str = "arch") -> Any:
+    """An arch mapping of ours, or an official subnet config of ``space``'s family (it has ``d``, not ``depths``)."""
+    if isinstance(d, Mapping) and "d" in d and "depths" not in d:
+        return family_of(space).arch_type.from_ofa_config(d, source=source)
+    return arch_from_dict(space, d, source)
+
+
 def load_arch(space: Any, path: str | Path) -> Any:
     """Read an arch file of ``space``'s family; a missing or malformed file is one line naming it."""
     path = Path(path)
@@ -104,6 +111,11 @@ def load_supernet(path: str | Path) -> Any:
     record, state = read_record(path)
     space = space_from_dict(record["space"], f"{path}:space")
     return family_of(space).supernet_type.from_record(record, state, str(path))
+
+
+def read_supernet_space(path: str | Path) -> Any:
+    """The space stored in a supernet file or training checkpoint (to build a recipe around it)."""
+    return space_from_dict(read_space_dict(path), f"{path}:space")
 
 
 def _json_object(text: str, source: str) -> Any:

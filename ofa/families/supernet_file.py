@@ -18,6 +18,17 @@ CHECKPOINT_FORMAT = "ofa-checkpoint"
 SAFETENSORS = ".safetensors"
 
 
+def read_space_dict(path: str | Path) -> dict[str, Any]:
+    """The space mapping stored in a supernet file or training checkpoint (to build a recipe around it)."""
+    obj = load_torch(path, "supernet file")
+    if obj.get("format") not in (SUPERNET_FORMAT, CHECKPOINT_FORMAT) or not isinstance(obj.get("space"), dict):
+        raise OFAError(
+            f"{path}: not an ofa supernet file or training checkpoint (format={obj.get('format')!r}; "
+            "official once-for-all checkpoints need `ofa import` first)"
+        )
+    return obj["space"]
+
+
 def read_record(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(record, state dict) of a supernet file (``.safetensors`` or torch) or a training checkpoint."""
     if Path(path).suffix == SAFETENSORS:

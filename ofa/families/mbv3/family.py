@@ -12,6 +12,7 @@ from ofa.families.mbv3.official import ImportConfig, import_official, matches
 from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.subnet import build_subnet, timm_args, timm_model
 from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.mbv3.transfer import adapt_supernet, derive_space
 
 MBV3 = Family(
     name="mbv3",
@@ -31,6 +32,8 @@ MBV3 = Family(
     official_import=import_official,
     import_config=ImportConfig,
     timm_folder=MBV3_FOLDER,
+    derive_space=derive_space,
+    adapt_supernet=adapt_supernet,
     phases=(  # the paper's progressive shrinking: each phase opens these dimensions, the rest at their largest
         ("full", ("resolutions",)),
         ("kernel", ("resolutions", "kernels")),

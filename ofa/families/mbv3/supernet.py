@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +130,10 @@ class OFAMobileNetV3(nn.Module):
         model.load_state_dict(self.active_state_dict())
         self._activate(previous)
         return model.train(self.training)
+
+    def reorganize_for(self, trained: Mapping[str, Sequence[int]]) -> None:
+        """Before a phase: sort expanded channels, keeping the order of the expand ratios already ``trained``."""
+        self.reorganize_channels(frozen_expands=trained.get("expands", ()))
 
     @torch.no_grad()
     def reorganize_channels(self, frozen_expands: Sequence[int] = ()) -> None:
