@@ -6,8 +6,11 @@ Reading one needs no family: the registry reads the record, picks the family by 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ofa.utils.errors import OFAError
 from ofa.utils.io import load_torch
@@ -27,6 +30,23 @@ def read_space_dict(path: str | Path) -> dict[str, Any]:
             "official once-for-all checkpoints need `ofa import` first)"
         )
     return obj["space"]
+
+
+def read_official_state(path: str | Path) -> Mapping[str, Any]:
+    """The raw state dict of an official once-for-all checkpoint (any family): one line for a file that is none."""
+    obj = load_torch(path, "official OFA checkpoint")
+    if obj.get("format") in (SUPERNET_FORMAT, CHECKPOINT_FORMAT):
+        raise OFAError(f"{path}: already an {obj['format']} file of this toolkit; load it directly, nothing to import")
+    state = obj.get("state_dict", obj)
+    if not isinstance(state, Mapping) or not state:
+        raise OFAError(f"{path}: no state_dict in the checkpoint (keys: {sorted(map(str, obj))[:5]})")
+    bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
+    if bad is not None:
+        raise OFAError(
+            f"{path}: not an official once-for-all checkpoint (entry {bad!r} is a {type(state[bad]).__name__}, "
+            "not a tensor)"
+        )
+    return state
 
 
 def read_record(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -23,10 +23,10 @@ from ofa.families.mbv3.layers import mid_channels
 from ofa.families.mbv3.space import SearchSpace, StageSpec
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.mbv3.transfer import fold_input_channels, rehead
-from ofa.families.supernet_file import CHECKPOINT_FORMAT, SUPERNET_FORMAT
+from ofa.families.supernet_file import read_official_state
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
-from ofa.utils.io import file_sha256, load_torch
+from ofa.utils.io import file_sha256
 
 # The paper's OFA-MobileNetV3 skeleton: what shapes cannot tell.
 OFFICIAL_STAGES = 5
@@ -115,17 +115,7 @@ def official_key_map(space: SearchSpace) -> dict[str, str]:
 
 def read_official(path: str | Path) -> dict[str, torch.Tensor]:
     """The state dict of an official checkpoint, canonical names, floats as fp32 (fp16 files too)."""
-    obj = load_torch(path, "official OFA checkpoint")
-    if obj.get("format") in (SUPERNET_FORMAT, CHECKPOINT_FORMAT):
-        raise OFAError(f"{path}: already an {obj['format']} file of this toolkit; load it directly, nothing to import")
-    state = obj.get("state_dict", obj)
-    if not isinstance(state, Mapping) or not state:
-        raise OFAError(f"{path}: no state_dict in the checkpoint (keys: {sorted(map(str, obj))[:5]})")
-    bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
-    if bad is not None:
-        raise OFAError(
-            f"{path}: not an OFA-MobileNetV3 checkpoint (entry {bad!r} is a {type(state[bad]).__name__}, not a tensor)"
-        )
+    state = read_official_state(path)
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         name = canonical_key(str(key))
@@ -358,20 +348,3 @@ def import_official(path: str | Path, config: ImportConfig = ImportConfig()) -> 
     if config.num_classes is not None:
         net = rehead(net, config.num_classes, config.seed)
     return net
-
-
-@dataclass(frozen=True)
-class ImportResult:
-    """What ``ofa import`` wrote."""
-
-    out: Path
-    space: SearchSpace
-    tensors: int
-    meta: dict[str, Any]
-
-
-def import_official_file(path: str | Path, out: str | Path, config: ImportConfig = ImportConfig()) -> ImportResult:
-    """Import the official checkpoint at ``path`` and write our supernet file to ``out`` (atomically)."""
-    net = import_official(path, config)
-    written = net.save(out, meta=net.meta)
-    return ImportResult(written, net.space, len(net.state_dict()), net.meta)
