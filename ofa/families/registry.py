@@ -42,7 +42,7 @@ def get_family(name: str, source: str = "family") -> Family:
     """The family called ``name``; an unknown one is a one-line error listing the known ones."""
     family = _FAMILIES.get(name) if isinstance(name, str) else None
     if family is None:
-        raise OFAError(f"{source}: unknown family {name!r} (known: {', '.join(family_names())})")
+        raise SpaceError(f"{source}: unknown family {name!r} (known: {', '.join(family_names())})")
     return family
 
 
