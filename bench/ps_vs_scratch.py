@@ -42,11 +42,8 @@ from bench.common import DATA, ROOT
 from ofa.data.config import missing_dataset
 from ofa.data.datasets import DataBundle, build_data
 from ofa.data.loaders import make_loader, set_loader_epoch
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.encoding import sample_arch
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.subnet import build_subnet
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Arch, Space
+from ofa.families.registry import family_of, load_supernet
 from ofa.train import Recipe, train
 from ofa.train.bn import resize
 from ofa.train.distributed import DistEnv
@@ -96,9 +93,10 @@ def missing_data(recipe_path: Path, overrides: tuple[str, ...]) -> str | None:
     return missing_dataset(raw.get("data") or {})
 
 
-def bench_subnets(space: SearchSpace, seed: int, n_random: int, candidates: int = 1000) -> dict[str, Arch]:
+def bench_subnets(space: Space, seed: int, n_random: int, candidates: int = 1000) -> dict[str, Arch]:
     """Smallest, middle (median MACs of ``candidates`` seeded samples), largest, then ``n_random`` random ones."""
     rng = np.random.default_rng(seed)
+    sample_arch = family_of(space).sample_arch
     pool = sorted((sample_arch(space, rng) for _ in range(candidates)), key=space.macs)
     named = {"smallest": space.min_arch(), "middle": pool[len(pool) // 2], "largest": space.max_arch()}
     rng = np.random.default_rng([seed, 1])
@@ -134,7 +132,7 @@ def ps_run(recipe: Recipe, subnets: dict[str, Arch], data: DataBundle, cache: Pa
         path = run_dir / "supernet.pt" if (run_dir / "supernet.pt").exists() else train(recipe, run_dir, resume=True)
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         final = next(r for r in reversed(rows) if r["kind"] == "test")
-        net = OFAMobileNetV3.load(path)
+        net = load_supernet(path)
         calib = make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1)
         test = make_loader(data.test, recipe.data.eval_batch_size, shuffle=False, seed=0)
         top1 = {}
@@ -186,7 +184,7 @@ class ScratchRun:
 def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: str) -> torch.nn.Module:
     """The static timm subnet trained alone with the recipe's optimizer settings (a session without a run folder)."""
     torch.manual_seed(run.seed)
-    model = build_subnet(recipe.space, run.arch)
+    model = family_of(recipe.space).build_subnet(recipe.space, run.arch)
     warmup = min(recipe.phases[0].warmup_epochs, run.epochs - 1)
     schedule = PhaseConfig(name="scratch", epochs=run.epochs - warmup, warmup_epochs=warmup, lr=run.lr)
     # The grid's learning rates are used as they are: no scaling by optimizer.lr_reference_batch.

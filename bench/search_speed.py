@@ -18,17 +18,17 @@ import numpy as np
 import torch
 
 from bench.common import ROOT
-from ofa.families.mbv3.encoding import GeneLayout
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Space
+from ofa.families.registry import layout_of
 from ofa.utils.errors import OFAError
 from search.dense import DenseCost
 from search.evolution import run_search
-from search.latency import LatencyTable
+from search.latency import LatencyTable, space_from_arg
 from search.predictor.model import AccuracyPredictor
 from search.search_config import EvolutionConfig, SearchConfig
 
 
-def latency_model() -> tuple[SearchSpace, object, str]:
+def latency_model() -> tuple[Space, object, str]:
     """(space, latency, label): the mbv3 table and the space it was measured for (the paper space,
     or its subset of resolutions), else the paper space with a synthetic cost (MACs plus a per-layer charge)."""
     why = "no latency_tables/*mbv3*.yaml yet"
@@ -39,15 +39,15 @@ def latency_model() -> tuple[SearchSpace, object, str]:
             why = str(exc)
             continue
         return table.space, table, str(path.relative_to(ROOT))
-    space = SearchSpace.mbv3()
+    space = space_from_arg("mbv3")
     cost = DenseCost.from_layer_cost(space, lambda layer: layer.macs / 2e8 + 0.02 + 0.01 * layer.se, overhead=0.3)
     return space, cost, f"synthetic ({why})"
 
 
-def feasible_samples(space: SearchSpace, latency: object, budget: float, n: int, seed: int) -> np.ndarray:
+def feasible_samples(space: Space, latency: object, budget: float, n: int, seed: int) -> np.ndarray:
     rng, found, total = np.random.default_rng(seed), [], 0
     while total < n:
-        rows = GeneLayout.of(space).sample(4 * n, rng)
+        rows = layout_of(space).sample(4 * n, rng)
         rows = rows[np.asarray(latency.predict_batch(rows)) <= budget]
         found.append(rows)
         total += len(rows)
@@ -66,7 +66,7 @@ def main() -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(args.seed)
         predictor = AccuracyPredictor(space, target_mean=75.0, target_std=5.0).eval()
-    rows = GeneLayout.of(space).sample(10_000, np.random.default_rng(args.seed + 1))
+    rows = layout_of(space).sample(10_000, np.random.default_rng(args.seed + 1))
     budget = args.latency_ms or float(np.percentile(latency.predict_batch(rows), 30))
 
     warm = SearchConfig([budget], seed=args.seed + 1, evolution=EvolutionConfig(generations=3))

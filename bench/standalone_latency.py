@@ -36,8 +36,7 @@ import numpy as np
 import onnxruntime as ort
 
 from bench.common import ROOT
-from ofa.families.mbv3.encoding import sample_arch
-from ofa.families.mbv3.subnet import build_subnet
+from ofa.families.registry import family_of
 from ofa.runtime.convert import export_onnx
 from search.latency import LatencyTable
 
@@ -151,11 +150,11 @@ def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, war
     """Random subnets of the table's space, exported with random weights, predicted and measured."""
     table = LatencyTable.load(table_path)
     space, rng, backend = table.space, np.random.default_rng(seed), table.meta["backend"]
-    subnets = []
+    subnets, family = [], family_of(space)
     for r in resolutions:
         for _ in range(n):
-            arch = sample_arch(space, rng, resolutions=[r])
-            subnets.append((f"{r}px", arch, build_subnet(space, arch).eval(), (1, space.in_channels, r, r)))
+            arch = family.sample_arch(space, rng, resolutions=[r])
+            subnets.append((f"{r}px", arch, family.build_subnet(space, arch).eval(), (1, space.in_channels, r, r)))
     first = [measure_on(backend, module, shape, warmup, calls) for _, _, module, shape in subnets]
     second = [measure_on(backend, module, shape, warmup, calls) for _, _, module, shape in subnets]
     return [

@@ -3,8 +3,9 @@
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.layers import LayerSpec
 from ofa.families.mbv3.space import SearchSpace, StageSpec
-from ofa.families.mbv3.subnet import build_subnet, load_subnet, save_subnet
+from ofa.families.mbv3.subnet import build_subnet
 from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.subnet_file import load_subnet, save_subnet
 from ofa.train.bn import recalibrate_bn
 from ofa.utils.errors import OFAError, SpaceError
 

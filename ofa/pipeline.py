@@ -22,9 +22,8 @@ import torch.distributed as dist
 
 from ofa.data.datasets import DataBundle, data_from_meta
 from ofa.export.export import ExportConfig, export_subnet
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Space, Supernet
+from ofa.families.registry import arch_from_dict, load_arch, load_supernet
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.timing import Standalone
 from ofa.runtime.runtimes import runtime_info
@@ -153,7 +152,7 @@ class Pipeline:
             supernet = self.stage("train", lambda: self.train(recipe))
             if env.distributed:
                 dist.barrier()  # rank 0 writes the supernet file after the last step
-            net = OFAMobileNetV3.load(supernet)
+            net = load_supernet(supernet)
             data = data_from_meta(net.meta)
             acc = self.stage("collect", lambda: self.collect(net, data, supernet))
             if env.distributed:
@@ -165,7 +164,7 @@ class Pipeline:
                 dist.barrier()  # the other ranks wait here while rank 0 finishes
             return result
 
-    def after_training(self, net: OFAMobileNetV3, data: DataBundle, supernet: Path, acc: Path) -> PipelineResult:
+    def after_training(self, net: Supernet, data: DataBundle, supernet: Path, acc: Path) -> PipelineResult:
         """Rank 0's stages: table, predictor, search, export, summary."""
         space = net.space
         table_path, table = self.stage("lut", lambda: self.latency_table(space))
@@ -173,7 +172,7 @@ class Pipeline:
         targets = self.targets(table)
         search_dir = self.stage("search", lambda: self.search(space, predictor, predictor_path, table_path, targets))
         exports = self.stage("export", lambda: self.export(net, data, supernet, (table_path, table), search_dir))
-        return self.summarize(exports, search_dir)
+        return self.summarize(space, exports, search_dir)
 
     def train(self, recipe: Recipe) -> Path:
         supernet = self.out / "supernet.pt"
@@ -184,7 +183,7 @@ class Pipeline:
             self.mark("train", key)
         return supernet
 
-    def collect(self, net: OFAMobileNetV3, data: DataBundle, supernet: Path) -> Path:
+    def collect(self, net: Supernet, data: DataBundle, supernet: Path) -> Path:
         acc = self.out / "acc.jsonl"
         key = digest([file_sha256(supernet), self.settings.subnets, self.settings.calib_batches, self.cfg.seed])
         if not self.done("collect", key, [acc]):
@@ -199,7 +198,7 @@ class Pipeline:
             self.mark("collect", key)
         return acc
 
-    def latency_table(self, space: SearchSpace) -> tuple[Path, LatencyTable]:
+    def latency_table(self, space: Space) -> tuple[Path, LatencyTable]:
         """The given table, else one built on this machine (a shipped one was measured elsewhere)."""
         if self.settings.lut is not None:
             given = Path(self.settings.lut)
@@ -245,7 +244,7 @@ class Pipeline:
 
     def search(
         self,
-        space: SearchSpace,
+        space: Space,
         predictor: AccuracyPredictor,
         predictor_path: Path,
         table_path: Path,
@@ -266,7 +265,7 @@ class Pipeline:
         return folder
 
     def export(
-        self, net: OFAMobileNetV3, data: DataBundle, supernet: Path, table: tuple[Path, LatencyTable], search_dir: Path
+        self, net: Supernet, data: DataBundle, supernet: Path, table: tuple[Path, LatencyTable], search_dir: Path
     ) -> list[Path]:
         summary = read_json(search_dir / "search.json", "search summary")
         table_path, bound = table
@@ -286,13 +285,13 @@ class Pipeline:
                     checkpoint=supernet,
                     arch_source=str(arch_file),
                 )
-                export_subnet(net, Arch.load(arch_file), cfg, data=data, table=bound)
+                export_subnet(net, load_arch(net.space, arch_file), cfg, data=data, table=bound)
                 self.mark(f"export {name}", key)
             results.append(result)
         return results
 
-    def summarize(self, exports: list[Path], search_dir: Path) -> PipelineResult:
-        rows = [summary_row(read_json(p, "export summary"), p) for p in exports]
+    def summarize(self, space: Space, exports: list[Path], search_dir: Path) -> PipelineResult:
+        rows = [summary_row(space, read_json(p, "export summary"), p) for p in exports]
         table = "\n".join([format_summary(rows), *(f"\n{line}" for line in budget_notes(rows))])
         pngs = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*.png"))
         result = PipelineResult(rows, pngs, str(search_dir / "pareto.png"), self.ran)
@@ -311,9 +310,9 @@ def run_pipeline(cfg: PipelineConfig, log: Callable[[str], None] = print) -> Pip
     return Pipeline(cfg, log).run()
 
 
-def summary_row(result: dict[str, Any], source: Path) -> dict[str, Any]:
-    """One line of the closing table from an ``<name>.export.json`` written by the export."""
-    arch = Arch.from_dict(result["arch"], str(source))
+def summary_row(space: Space, result: dict[str, Any], source: Path) -> dict[str, Any]:
+    """One line of the closing table from an ``<name>.export.json`` written by the export (of ``space``)."""
+    arch = arch_from_dict(space, result["arch"], str(source))
     latency = result.get("latency_fp32") or {}
     return {
         "target_ms": arch.extra.get("target_ms"),

@@ -3,7 +3,7 @@
 The algorithm and defaults are the official ones (population 100, 500 generations, top 25% become
 parents, 50% of children by mutation with per-gene probability 0.1 and resolution probability
 0.5, the rest by uniform crossover, a child that breaks a constraint is redrawn from the same
-parents). Here a population is an integer array of gene rows (``ofa.families.mbv3.encoding.GeneLayout``): mutation,
+parents). Here a population is an integer array of gene rows (the family's gene layout): mutation,
 crossover and the constraint check act on whole arrays, latency/MACs/params are gathers over dense
 tables, and accuracy is one batched predictor call per generation. What to search for is
 `search.search_config`; what a search answers, and its saving, is `search.result`.
@@ -20,9 +20,9 @@ from typing import Protocol
 import numpy as np
 from tqdm import tqdm
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.encoding import GeneLayout
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Arch, Space
+from ofa.families.genes import GeneLayoutBase
+from ofa.families.registry import layout_of
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import flags_of
 from search.dense import DenseCost, macs_model, params_model
@@ -56,13 +56,13 @@ class SubsetPredictor:
     """Scores gene rows of ``sub`` with a predictor of ``full``, where ``sub`` is ``full`` with only
     some of its resolutions (those a latency table measured): only the resolution index differs."""
 
-    def __init__(self, predictor: RowModel, full: SearchSpace, sub: SearchSpace) -> None:
+    def __init__(self, predictor: RowModel, full: Space, sub: Space) -> None:
         if (
             not set(sub.resolutions) <= set(full.resolutions)
             or {**sub.to_dict(), "resolutions": list(full.resolutions)} != full.to_dict()
         ):
             raise OFAError(f"space {sub.fingerprint()} is not space {full.fingerprint()} with fewer resolutions")
-        self.predictor, self.column = predictor, GeneLayout.of(sub).resolution
+        self.predictor, self.column = predictor, layout_of(sub).resolution
         self.resolution_index = np.array([full.resolutions.index(r) for r in sub.resolutions])
 
     def predict_batch(self, rows: np.ndarray) -> np.ndarray:
@@ -81,30 +81,15 @@ def dense_of(cost: RowModel) -> DenseCost | None:
     return dense if isinstance(dense, DenseCost) else None
 
 
-def cheapest_rows(space: SearchSpace, cost: RowModel) -> np.ndarray:
-    """The cheapest subnet at each resolution, exactly, from the dense table (or the min arch per resolution).
-
-    Per resolution each slot takes its cheapest kernel/expand and each stage the depth whose
-    prefix sum is smallest: the cost is additive, so this is the exact minimum.
-    """
-    lay = GeneLayout.of(space)
+def cheapest_rows(space: Space, cost: RowModel) -> np.ndarray:
+    """The cheapest subnet at each resolution, exactly, from the dense table (or the min arch per resolution)."""
     dense = dense_of(cost)
     if dense is None:
-        return lay.encode_many([space.min_arch(r) for r in space.resolutions])
-    n_res, n_slots, _, n_exp = dense.block.shape
-    flat = dense.block.reshape(n_res, n_slots, -1)
-    choice, value = flat.argmin(-1), flat.min(-1)
-    d = space.max_depth
-    prefix = np.cumsum(value.reshape(n_res, space.num_stages, d), axis=-1)  # cost of depth j+1
-    rows = np.zeros((n_res, lay.genes), dtype=np.int64)
-    rows[:, lay.resolution] = np.arange(n_res)
-    rows[:, lay.slices["depths"]] = np.argmin(prefix[:, :, np.asarray(space.depths) - 1], axis=-1)
-    rows[:, lay.slices["kernels"]] = choice // n_exp
-    rows[:, lay.slices["expands"]] = choice % n_exp
-    return rows
+        return layout_of(space).encode_many([space.min_arch(r) for r in space.resolutions])
+    return dense.cheapest_rows()
 
 
-def check_reachable(space: SearchSpace, limits: Sequence[Limit]) -> None:
+def check_reachable(space: Space, limits: Sequence[Limit]) -> None:
     """Raise, saying the smallest achievable value, when a budget is below every subnet's cost."""
     for lim in limits:
         rows = cheapest_rows(space, lim.cost)
@@ -142,8 +127,8 @@ class _Scores:
     Late generations are mostly re-discovered subnets, so this skips most predictor work.
     """
 
-    def __init__(self, space: SearchSpace, predictor: RowModel) -> None:
-        self.layout, self.predictor = GeneLayout.of(space), predictor
+    def __init__(self, space: Space, predictor: RowModel) -> None:
+        self.layout, self.predictor = layout_of(space), predictor
         self.known: dict[bytes, float] = {}
         self.calls = 0
 
@@ -181,14 +166,14 @@ def _redraw(
 
 
 def initial_population(
-    space: SearchSpace, n: int, ok: _Feasible, rng: np.random.Generator, limits: Sequence[Limit]
+    space: Space, n: int, ok: _Feasible, rng: np.random.Generator, limits: Sequence[Limit]
 ) -> np.ndarray:
     """``n`` uniform random feasible subnets (rejection sampling, as OFA's random_valid_sample).
 
     Under a budget so tight that random draws almost never meet it, the population is completed
     with the cheapest subnets (per resolution and per cost), which mutation then explores from.
     """
-    layout = GeneLayout.of(space)
+    layout = layout_of(space)
     found, total = [], 0
     for _ in range(INIT_BATCHES):
         rows = layout.sample(INIT_BATCH, rng)
@@ -207,7 +192,7 @@ def initial_population(
 
 
 def evolve(
-    space: SearchSpace,
+    space: Space,
     predictor: RowModel,
     limits: Sequence[Limit],
     config: EvolutionConfig,
@@ -217,7 +202,7 @@ def evolve(
     """Run the evolution for one set of constraints (see the module docstring)."""
     start = time.perf_counter()
     check_reachable(space, limits)
-    layout = GeneLayout.of(space)
+    layout = layout_of(space)
     ok = _Feasible(limits)
     n_par, n_mut = config.n_parents, config.n_mutations
     n_cross = config.population - n_mut
@@ -268,7 +253,7 @@ def evolve(
 
 
 @lru_cache(maxsize=8)
-def cost_models(space: SearchSpace) -> tuple[DenseCost, DenseCost]:
+def cost_models(space: Space) -> tuple[DenseCost, DenseCost]:
     """(MACs, params) dense tables of a space, built once per space."""
     return macs_model(space), params_model(space)
 
@@ -283,7 +268,7 @@ def unique_rows(rows: np.ndarray) -> np.ndarray:
 
 
 def run_search(
-    space: SearchSpace, predictor: RowModel, latency: RowModel, cfg: SearchConfig, progress: bool = False
+    space: Space, predictor: RowModel, latency: RowModel, cfg: SearchConfig, progress: bool = False
 ) -> SearchResult:
     """Most accurate subnet (by ``predictor``) per latency budget, under optional MACs/params caps.
 
@@ -314,7 +299,7 @@ def run_search(
         seen_top1.append(evo.top1)
     bar.close()
 
-    layout = GeneLayout.of(space)
+    layout = layout_of(space)
     rows = layout.canonical(np.concatenate(seen_rows))
     first = unique_rows(rows)
     rows, top1 = rows[first], np.concatenate(seen_top1)[first]
@@ -334,7 +319,7 @@ def run_search(
 
 
 def _best_within(
-    layout: GeneLayout, rows: np.ndarray, top1: np.ndarray, costs: dict[str, np.ndarray], limits: Sequence[Limit]
+    layout: GeneLayoutBase, rows: np.ndarray, top1: np.ndarray, costs: dict[str, np.ndarray], limits: Sequence[Limit]
 ) -> Arch:
     """The most accurate evaluated subnet that meets every limit (any search's, its own at least)."""
     ok = np.logical_and.reduce([costs[lim.name] <= lim.value for lim in limits])

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Space
+from ofa.families.registry import load_supernet
 from search.evolution import RowModel, SubsetPredictor, run_search
 from search.latency import LatencyTable
 from search.predictor.model import AccuracyPredictor
@@ -25,7 +25,7 @@ class Found:
 
 
 def search_device(
-    space: SearchSpace,
+    space: Space,
     predictor: AccuracyPredictor,
     table: LatencyTable,
     cfg: SearchConfig,
@@ -59,7 +59,7 @@ def search_files(
 ) -> Found:
     """`ofa search`: load the three files, search, and write the answer (default: ``search/`` beside the
     predictor); each arch file carries the supernet's space fingerprint."""
-    space = OFAMobileNetV3.load(supernet).space
+    space = load_supernet(supernet).space
     result, note = search_device(
         space,
         AccuracyPredictor.load(predictor),

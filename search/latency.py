@@ -1,6 +1,6 @@
 """Per-device latency lookup tables: load, validate, save, and predict whole subnets.
 
-A table maps every layer config of a space (``LayerSpec.key``) to its measured latency net of the
+A table maps every layer config of a space (its layer spec's ``key``) to its measured latency net of the
 per-call overhead; a subnet's latency is the per-network overhead plus the sum of its layers'
 entries. Isolated layers pay costs a whole network pays fewer times (onnxruntime converts each
 isolated conv's input and output to its blocked layout), so the sum is corrected by an affine map
@@ -19,9 +19,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.layers import LayerSpec
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Arch, Space
+from ofa.families.registry import arch_from_dict, family_names, family_of, get_family, space_from_dict
 from ofa.utils.errors import OFAError, SpaceError
 from ofa.utils.io import atomic_write, load_torch, read_json, read_yaml
 from search.dense import DenseCost
@@ -41,20 +40,20 @@ class LatencyTable:
         self,
         meta: Mapping[str, Any],
         entries: Mapping[str, Any],
-        space: SearchSpace | None = None,
+        space: Space | None = None,
         source: str = "latency table",
     ) -> None:
         self.source = source
         self.meta = dict(meta)
-        self.entries = _check_entries(entries, source)
         self.table_space = _space_from_meta(self.meta, source)
+        self.entries = _check_entries(entries, family_of(self.table_space).layer_type, source)
         self.space = space or self.table_space
         self.overhead_ms = _number(self.meta["overhead_ms"], f"{source}: meta.overhead_ms")
         self._dense = self._build_dense(corrected=True)
 
     # ----------------------------------------------------------------- files
     @classmethod
-    def load(cls, path: str | Path, space: SearchSpace | None = None) -> LatencyTable:
+    def load(cls, path: str | Path, space: Space | None = None) -> LatencyTable:
         path = Path(path)
         doc = read_yaml(path, "latency table")
         if not isinstance(doc, Mapping) or "meta" not in doc or "entries" not in doc:
@@ -71,11 +70,11 @@ class LatencyTable:
     def save(self, path: str | Path) -> Path:
         return save_table(path, self.meta, self.entries)
 
-    def bind(self, space: SearchSpace) -> LatencyTable:
+    def bind(self, space: Space) -> LatencyTable:
         """The same measurements predicting for ``space``; a layer it runs without an entry is an error."""
         return LatencyTable(self.meta, self.entries, space, self.source)
 
-    def for_space(self, space: SearchSpace) -> LatencyTable:
+    def for_space(self, space: Space) -> LatencyTable:
         """Bind to ``space`` restricted to the resolutions this table measured (e.g. a supernet's space)."""
         common = tuple(r for r in space.resolutions if r in self.resolutions)
         if not common:
@@ -90,7 +89,7 @@ class LatencyTable:
     def resolutions(self) -> tuple[int, ...]:
         return self.table_space.resolutions
 
-    def entry_ms(self, layer: LayerSpec) -> float:
+    def entry_ms(self, layer: Any) -> float:
         """Measured latency of one layer config; a missing key is an error naming it."""
         entry = self.entries.get(layer.key)
         if entry is None:
@@ -118,12 +117,8 @@ class LatencyTable:
         raw = DenseCost.from_layer_cost(self.space, self.entry_ms, self.overhead_ms)
         if not corrected:
             return raw
-        fixed, block = raw.fixed.copy(), raw.block.copy()
-        for ri, r in enumerate(self.space.resolutions):
-            scale, offset = self.correction(r)
-            fixed[ri] = scale * fixed[ri] + offset
-            block[ri] *= scale
-        return DenseCost(self.space, fixed, block)
+        scale, offset = np.array([self.correction(r) for r in self.space.resolutions]).T
+        return raw.affine(scale, offset)
 
     def dense(self, corrected: bool = True) -> DenseCost:
         """The table as dense arrays over the space (see ``search.dense.DenseCost``)."""
@@ -138,7 +133,7 @@ class LatencyTable:
             raise OFAError(f"{self.source}: cannot predict this arch: {exc}") from None
 
     def predict_batch(self, rows: np.ndarray) -> np.ndarray:
-        """Predicted latencies (ms) of a population of integer gene rows (``ofa.families.mbv3.encoding.GeneLayout``)."""
+        """Predicted latencies (ms) of a population of integer gene rows (the family's gene layout)."""
         return self._dense.predict_batch(rows)
 
     def predict_raw(self, arch: Arch) -> float:
@@ -149,7 +144,7 @@ class LatencyTable:
         """Subnets used to fit the correction; ``ofa lut check`` never judges the table on them."""
         per_res = (self.meta.get("correction") or {}).get("per_resolution") or {}
         return [
-            Arch.from_dict(p["arch"], f"{self.source}: meta.correction")
+            arch_from_dict(self.table_space, p["arch"], f"{self.source}: meta.correction")
             for fit in per_res.values()
             for p in fit.get("points", [])
         ]
@@ -157,7 +152,10 @@ class LatencyTable:
     def probes(self, resolution: int) -> list[tuple[Arch, float]]:
         """Drift probes (subnet, ms when the table was built): re-timed by a check to see the machine drift."""
         points = (self.meta.get("probes") or {}).get(resolution) or []
-        return [(Arch.from_dict(p["arch"], f"{self.source}: meta.probes"), float(p["measured_ms"])) for p in points]
+        return [
+            (arch_from_dict(self.table_space, p["arch"], f"{self.source}: meta.probes"), float(p["measured_ms"]))
+            for p in points
+        ]
 
     def noise_pct(self) -> float | None:
         """How sure the table's figures are: the widest per-resolution noise its build recorded (% of the
@@ -177,24 +175,28 @@ class LatencyTable:
 
 
 # --------------------------------------------------------------------------------- helpers
-def space_from_arg(arg: str) -> SearchSpace:
-    """A space from ``mbv3``, a recipe or space file (YAML/JSON), a supernet/checkpoint, or a table."""
-    if arg == "mbv3":
-        return SearchSpace.mbv3()
+def space_from_arg(arg: str) -> Space:
+    """A space from a family's preset name (``mbv3``), a recipe or space file (YAML/JSON), a supernet/checkpoint,
+    or a table."""
+    presets = {name: make for f in family_names() for name, make in get_family(f).presets.items()}
+    if arg in presets:
+        return presets[arg]()
     path = Path(arg)
     if not path.is_file():
-        raise OFAError(f"{arg}: space not found (give mbv3, a recipe/space YAML, a checkpoint or a table)")
+        raise OFAError(
+            f"{arg}: space not found (give a preset ({', '.join(presets)}), a space file, a checkpoint or a table)"
+        )
     if path.suffix in (".pt", ".pth"):
         obj = load_torch(path, "checkpoint")
         if "space" not in obj:
             raise OFAError(f"{path}: checkpoint has no 'space'")
-        return SearchSpace.from_dict(obj["space"], f"{path}:space")
+        return space_from_dict(obj["space"], f"{path}:space")
     doc = read_json(path, "space file") if path.suffix == ".json" else read_yaml(path, "space file")
     if isinstance(doc, Mapping) and isinstance(doc.get("meta"), Mapping) and "entries" in doc:
         return _space_from_meta(doc["meta"], str(path))
     if isinstance(doc, Mapping) and "space" in doc:
-        return SearchSpace.from_dict(doc["space"], f"{path}:space")
-    return SearchSpace.from_dict(doc, str(path))
+        return space_from_dict(doc["space"], f"{path}:space")
+    return space_from_dict(doc, str(path))
 
 
 def save_table(path: str | Path, meta: Mapping[str, Any], entries: Mapping[str, Any]) -> Path:
@@ -210,7 +212,7 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
-def _check_entries(entries: Any, source: str) -> dict[str, dict[str, Any]]:
+def _check_entries(entries: Any, layer_type: type, source: str) -> dict[str, dict[str, Any]]:
     if not isinstance(entries, Mapping):
         raise OFAError(f"{source}: entries must be a mapping from layer key to {{mean_ms, std_ms, count}}")
     out = {}
@@ -221,18 +223,18 @@ def _check_entries(entries: Any, source: str) -> dict[str, dict[str, Any]]:
         if _number(entry["mean_ms"], f"{where}.mean_ms") < 0:
             raise OFAError(f"{where}.mean_ms: must not be negative, got {entry['mean_ms']}")
         try:
-            LayerSpec.from_key(str(key))
+            layer_type.from_key(str(key))
         except (KeyError, ValueError):
             raise OFAError(f"{where}: not a layer key (expected e.g. mbconv:in=56x56x24:out=24:k=3:...)") from None
         out[str(key)] = dict(entry)
     return out
 
 
-def _space_from_meta(meta: Mapping[str, Any], source: str) -> SearchSpace:
+def _space_from_meta(meta: Mapping[str, Any], source: str) -> Space:
     missing = [k for k in REQUIRED_META if k not in meta]
     if missing:
         raise OFAError(f"{source}: meta.{missing[0]} is missing")
-    space = SearchSpace.from_dict(meta["space"], f"{source}: meta.space")
+    space = space_from_dict(meta["space"], f"{source}: meta.space")
     if space.fingerprint() != meta["space_fingerprint"]:
         raise OFAError(
             f"{source}: meta.space_fingerprint {meta['space_fingerprint']} does not match meta.space "

@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.encoding import GeneLayout
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Arch, Space
+from ofa.families.registry import layout_of
 from ofa.utils.io import atomic_write, write_json
 
 BLOCK = 256
@@ -50,7 +49,7 @@ def non_dominated(costs: np.ndarray) -> np.ndarray:
 class ParetoFront:
     """Non-dominated subnets (gene rows) with their predicted top-1 and costs, sorted by latency."""
 
-    space: SearchSpace
+    space: Space
     rows: np.ndarray
     top1: np.ndarray
     latency_ms: np.ndarray
@@ -60,7 +59,7 @@ class ParetoFront:
     @classmethod
     def from_evaluated(
         cls,
-        space: SearchSpace,
+        space: Space,
         rows: np.ndarray,
         top1: np.ndarray,
         latency_ms: np.ndarray,
@@ -79,7 +78,7 @@ class ParetoFront:
     def arch(self, i: int) -> Arch:
         """Front member ``i`` with its predicted top-1, latency, MACs and params as extras."""
         return (
-            GeneLayout.of(self.space)
+            layout_of(self.space)
             .decode(self.rows[i])
             .with_extra(
                 {

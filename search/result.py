@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Arch, Space
 from ofa.utils.io import write_json, write_text
 from ofa.utils.tracking import log_figures
 from search.pareto import ParetoFront, plot_front
@@ -46,7 +45,7 @@ class TargetResult:
 class SearchResult:
     """Per-budget picks plus the Pareto front of everything the searches evaluated."""
 
-    space: SearchSpace
+    space: Space
     targets: list[TargetResult]
     front: ParetoFront
     cloud: tuple[np.ndarray, np.ndarray]  # (latency_ms, top1) of a sample of evaluated subnets, for the plot
@@ -72,7 +71,7 @@ class SearchResult:
             ],
         }
 
-    def save(self, out_dir: str | Path, lut: str | None = None, space: SearchSpace | None = None) -> dict[str, Path]:
+    def save(self, out_dir: str | Path, lut: str | None = None, space: Space | None = None) -> dict[str, Path]:
         """arch_<T>ms.json per budget, pareto.json/png, search.json, metrics.jsonl (per-generation best).
 
         Each arch file carries the fingerprint of ``space`` (default: the searched space; pass the

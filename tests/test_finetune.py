@@ -14,9 +14,9 @@ from conftest import TINY_RECIPE, kill_at_step, perturb
 
 from ofa.cli import main
 from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.subnet import load_subnet
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.mbv3.transfer import rehead
+from ofa.families.subnet_file import load_subnet
 from ofa.runtime.convert import read_metadata
 from ofa.train import load_recipe
 from ofa.train.finetune import finetune, load_finetune_recipe

@@ -16,9 +16,9 @@ import yaml
 
 from bench import standalone_latency
 from ofa.cli import main
+from ofa.families.counts import count_params
 from ofa.families.mbv3.encoding import GeneLayout, sample_arch
 from ofa.families.mbv3.space import SearchSpace, StageSpec
-from ofa.families.mbv3.subnet import count_params
 from ofa.lut import build as lut_build
 from ofa.lut import check as lut_check
 from ofa.lut import timing

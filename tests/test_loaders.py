@@ -10,8 +10,9 @@ import torch
 import yaml
 
 from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.subnet import SUBNET_FORMAT, load_subnet
-from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.subnet_file import SUBNET_FORMAT, load_subnet
+from ofa.families.supernet_file import CHECKPOINT_FORMAT, SUPERNET_FORMAT
 from ofa.train.checkpoint import load_checkpoint
 from ofa.utils.errors import OFAError
 from search.latency import LatencyTable

@@ -21,9 +21,9 @@ def test_digits_recipe_resolves_every_phase():
     r = load_recipe(DIGITS)
     assert [p.name for p in r.phases] == ["full", "kernel", "depth_1", "depth_2", "expand_1", "expand_2"]
     full, kernel, *_, expand_2 = r.phases
-    assert (full.kernels, full.expands, full.depths) == ((5,), (4,), (3,))
-    assert kernel.kernels == (3, 5) and kernel.resolutions == (12, 16)  # null/omitted -> all of the space
-    assert expand_2.expands == (2, 3, 4) and expand_2.reorganize_channels and expand_2.subnets_per_step == 4
+    assert tuple(full.choices[d] for d in ("kernels", "expands", "depths")) == ((5,), (4,), (3,))
+    assert kernel.choices["kernels"] == (3, 5) and kernel.resolutions == (12, 16)  # null/omitted -> all of the space
+    assert expand_2.choices["expands"] == (2, 3, 4) and expand_2.reorganize_channels and expand_2.subnets_per_step == 4
     assert r.data.name == "digits" and r.space.num_classes == 10
     assert r.teacher_phase_index == 0
 
@@ -33,7 +33,9 @@ def test_imagenet_recipe_follows_the_official_schedule(tmp_path):
     (tmp_path / "val").mkdir()
     r = load_recipe(ROOT / "recipes" / "imagenet_mbv3.yaml", [f"data.root={tmp_path}"])
     got = [
-        (p.name, p.kernels, p.expands, p.depths, p.subnets_per_step, p.epochs, p.warmup_epochs, p.lr) for p in r.phases
+        (p.name, *[p.choices[d] for d in ("kernels", "expands", "depths")], p.subnets_per_step, p.epochs, *p_tail)
+        for p in r.phases
+        for p_tail in [(p.warmup_epochs, p.lr)]
     ]
     assert got == [
         ("full", (7,), (6,), (4,), 1, 180, 0, 2.6),

@@ -128,7 +128,7 @@ def test_cheapest_rows_are_exact_minima(setup):
     mins = lat.predict_batch(GeneLayout.of(space).encode_many([space.min_arch(r) for r in space.resolutions]))
     assert np.allclose(best, mins)
     # a cost that prefers big kernels: the exact minimum is not the min arch, and random search never beats it
-    inverted = DenseCost(space, lat.fixed, lat.block[:, :, ::-1, :].copy())
+    inverted = DenseCost(space, lat.fixed, [t[:, ::-1, :].copy() for t in lat.tables])  # per slot: r, kernel, expand
     cheap = inverted.predict_batch(cheapest_rows(space, inverted)).min()
     layout = GeneLayout.of(space)
     assert cheap < inverted.predict_batch(layout.encode_many([space.min_arch(r) for r in space.resolutions])).min()
@@ -152,7 +152,8 @@ def test_impossible_constraint_names_the_minimum(setup):
 def test_jointly_impossible_constraints(setup):
     space, lat, _ = setup
     # latency that rewards large layers, MACs that reward small ones: each budget alone is reachable
-    inverted = DenseCost(space, lat.fixed, lat.block.max() - lat.block)
+    top = max(t.max() for t in lat.tables)
+    inverted = DenseCost(space, lat.fixed, [top - t for t in lat.tables])
     fastest = inverted.predict_batch(cheapest_rows(space, inverted)).min()
     min_macs = space.macs(space.min_arch(min(space.resolutions)))
     with pytest.raises(OFAError, match=r"no subnet meets latency target .* and --max-macs"):

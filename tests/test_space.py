@@ -4,11 +4,12 @@ import pytest
 import yaml
 from conftest import tiny_space
 
+from ofa.families.counts import count_macs, count_params
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.encoding import sample_arch
 from ofa.families.mbv3.layers import LayerSpec
 from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.subnet import build_subnet, count_macs, count_params
+from ofa.families.mbv3.subnet import build_subnet
 from ofa.utils.errors import SpaceError
 
 

@@ -186,3 +186,21 @@ def test_pipeline_stages_are_library_calls():
     assert not {n for n in names if n.split(".")[0] in ("subprocess", "importlib") or layer_of(n) == "cli"}
     text = path.read_text()
     assert "argv" not in text and "main(" not in text
+
+
+FAMILY_PACKAGES = sorted(p.name for p in (ROOT / "ofa" / "families").iterdir() if (p / "__init__.py").is_file())
+
+
+def test_only_the_registry_names_a_family():
+    """Outside ``ofa/families/`` every stage reaches a family through ``ofa.families.registry``; only the
+    top-level package re-exports mbv3's classes."""
+    assert "mbv3" in FAMILY_PACKAGES
+    family_modules = tuple(f"ofa.families.{name}" for name in FAMILY_PACKAGES)
+    wrong = sorted(
+        f"{module} imports {name}"
+        for module, path in MODULES.items()
+        if not module.startswith("ofa.families.") and module not in API
+        for name, _, _ in imports_of(module, path)
+        if name.startswith(family_modules)
+    )
+    assert not wrong, "; ".join(wrong)

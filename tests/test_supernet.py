@@ -12,8 +12,8 @@ from ofa.families.mbv3.elastic import kernel_matrices
 from ofa.families.mbv3.encoding import sample_arch
 from ofa.families.mbv3.layers import mid_channels
 from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.subnet import load_subnet, save_subnet
 from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.subnet_file import load_subnet, save_subnet
 from ofa.train.bn import recalibrate_bn
 from ofa.utils.errors import OFAError
 

@@ -14,9 +14,9 @@ from typing import Any
 from ofa.data.datasets import data_from_meta
 from ofa.export.export import ExportConfig, export_finetuned, export_subnet
 from ofa.export.result import ExportResult
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.subnet import load_subnet
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Arch, Space
+from ofa.families.registry import load_arch, load_supernet
+from ofa.families.subnet_file import load_subnet
 from ofa.utils.errors import OFAError
 from search.latency import LatencyTable
 
@@ -39,8 +39,9 @@ def export_file(
             "--arch is required: the supernet itself is not exported; give a subnet's arch JSON "
             "(e.g. written by `ofa search`)"
         )
-    chosen = load_arch_file(arch)
-    net = OFAMobileNetV3.load(supernet).eval()
+    check_arch_file(arch)
+    net = load_supernet(supernet).eval()
+    chosen = load_arch_file(net.space, arch)
     if chosen.space is None:
         _note(
             f"{arch}: names no space fingerprint (a hand-written or converted arch?); checked against the "
@@ -67,8 +68,16 @@ def _export_finetuned_file(
     return export_finetuned(model, cfg, data=_load_data(model.ofa_meta, subnet, supernet=False), table=table)
 
 
-def load_arch_file(path: str | Path) -> Arch:
-    """Read an arch JSON; a supernet checkpoint passed instead is named as such."""
+def load_arch_file(space: Space, path: str | Path) -> Arch:
+    """Read an arch JSON of ``space``'s family (a path `check_arch_file` passed)."""
+    try:
+        return load_arch(space, path)
+    except UnicodeDecodeError:
+        raise OFAError(f"{path}: not an arch JSON (binary file)") from None
+
+
+def check_arch_file(path: str | Path) -> None:
+    """An arch path that is no file, or is a weights file, is one line saying so (before any supernet loads)."""
     path = Path(path)
     if not path.is_file():
         raise OFAError(f"{path}: arch file not found")
@@ -80,10 +89,6 @@ def load_arch_file(path: str | Path) -> Arch:
             f"{path}: this is {kind}, not an arch JSON; the supernet itself is not "
             "exported (give the subnet's arch.json, e.g. from `ofa search`)"
         )
-    try:
-        return Arch.load(path)
-    except UnicodeDecodeError:
-        raise OFAError(f"{path}: not an arch JSON (binary file)") from None
 
 
 def _note(text: str) -> None:

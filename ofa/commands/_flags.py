@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from ofa.utils.fields import flags_of
@@ -25,10 +25,12 @@ def option_fields(cls: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
 
 
-def add_flags(parser: Any, cls: type, changes: Changes | None = None) -> None:
-    """One option per option field of ``cls``, its value stored under the field's name."""
+def add_flags(parser: Any, cls: type, changes: Changes | None = None, skip: Sequence[str] = ()) -> None:
+    """One option per option field of ``cls`` (but those in ``skip``), its value stored under the field's name."""
     hints = get_type_hints(cls)
     for f in option_fields(cls):
+        if f.name in skip:
+            continue
         names = flags_of(cls, f.name)
         kwargs = {**_derived(f, hints[f.name], names[0]), **(changes or {}).get(f.name, {})}
         kwargs["help"] = _help(f.metadata["help"], None if kwargs.get("required") else kwargs.get("default"))

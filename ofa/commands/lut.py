@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ofa.commands._flags import add_flags, flag_values
-from ofa.families.mbv3.arch import Arch
+from ofa.families.registry import arch_from_dict
 from ofa.lut.build import TableBuildConfig, build_table_file, noise_text
 from ofa.lut.check import CheckConfig, check_table_file
 from ofa.lut.external_runner import CommandRunner
@@ -152,7 +152,7 @@ def run_check(args: argparse.Namespace) -> int:
     for row in result.rows:
         print(
             f"{row['resolution']:>4} {row['predicted_ms']:>8.3f}ms {row['measured_ms']:>8.3f}ms "
-            f"{row['error_pct']:>+7.2f}%  {Arch.from_dict(row['arch']).short()}"
+            f"{row['error_pct']:>+7.2f}%  {arch_from_dict(report.space, row['arch']).short()}"
         )
     for name, s in [("all", result.summary), *result.summary["per_resolution"].items()]:
         adj = s["drift_adjusted"]

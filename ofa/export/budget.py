@@ -8,7 +8,7 @@ noise is flagged with what was different and the command that builds a table her
 from __future__ import annotations
 
 from ofa.export.result import BudgetVerdict
-from ofa.families.mbv3.arch import Arch
+from ofa.families.family import Arch
 from ofa.lut.measure import Latency
 from ofa.runtime.runtimes import runtime_info
 from search.latency import LatencyTable

@@ -46,10 +46,10 @@ from ofa.export.steps import (
 )
 from ofa.export.verify import PARITY_ATOL, Parity, ParityError, check_parity, eval_split
 from ofa.export.write import with_metadata, write_export
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.subnet import FOLDER_WEIGHTS, count_macs, count_params
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.counts import count_macs, count_params
+from ofa.families.family import Arch, Space, Supernet
+from ofa.families.registry import family_of, is_space
+from ofa.families.subnet_file import FOLDER_WEIGHTS
 from ofa.lut.measure import measure_latencies
 from ofa.runtime.convert import DEFAULT_OPSET, check_onnx, check_opset, to_onnx
 from ofa.runtime.formats import check_format, require
@@ -124,7 +124,7 @@ class ExportConfig:
 
 
 # --------------------------------------------------------------------------- the one check of the inputs
-def check_arch(space: SearchSpace, arch: Any, source: str = "arch") -> Arch:
+def check_arch(space: Space, arch: Any, source: str = "arch") -> Arch:
     """The arch to export, or one clear error: the supernet itself is never exported.
 
     An arch stamped with another space's fingerprint was searched for another checkpoint; one
@@ -135,8 +135,9 @@ def check_arch(space: SearchSpace, arch: Any, source: str = "arch") -> Arch:
             f"{source}: no subnet arch given; the supernet itself is not exported "
             "(pick a subnet, e.g. the arch.json written by `ofa search`)"
         )
-    if not isinstance(arch, Arch):
-        raise OFAError(f"{source}: expected an Arch, got {type(arch).__name__}")
+    arch_type = family_of(space).arch_type
+    if not isinstance(arch, arch_type):
+        raise OFAError(f"{source}: expected an {arch_type.__name__}, got {type(arch).__name__}")
     if arch.space is not None and arch.space != space.fingerprint():
         raise OFAError(
             f"{source}: the arch does not fit the supernet's space {space.fingerprint()}: it was "
@@ -151,7 +152,7 @@ def check_arch(space: SearchSpace, arch: Any, source: str = "arch") -> Arch:
     return arch
 
 
-def check_table_fits(table: LatencyTable, space: SearchSpace, arch: Arch) -> None:
+def check_table_fits(table: LatencyTable, space: Space, arch: Arch) -> None:
     """The table must be measured for the supernet's space (its resolutions may be a subset) at the arch's."""
     measured = table.table_space
     if {**measured.to_dict(), "resolutions": None} != {**space.to_dict(), "resolutions": None}:
@@ -168,7 +169,7 @@ def check_table_fits(table: LatencyTable, space: SearchSpace, arch: Arch) -> Non
 
 # --------------------------------------------------------------------------- the whole export
 def export_subnet(
-    net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any = None, table: LatencyTable | None = None
+    net: Supernet, arch: Arch, cfg: ExportConfig, data: Any = None, table: LatencyTable | None = None
 ) -> ExportResult:
     """Export subnet ``arch`` of ``net`` to ``cfg.out`` (.onnx) and verify it; see the module docstring.
 
@@ -196,7 +197,7 @@ def export_finetuned(
     `OFAError` for a model without the subnet file's metadata, and as `export_subnet`.
     """
     meta = getattr(model, "ofa_meta", None)
-    if not isinstance(meta, dict) or not isinstance(meta.get("space"), SearchSpace):
+    if not isinstance(meta, dict) or not is_space(meta.get("space")):
         raise OFAError(f"{cfg.checkpoint or 'model'}: not a subnet loaded with ofa.load_subnet (no space/arch meta)")
     space = meta["space"]
     arch = check_arch(space, meta["arch"], cfg.arch_source)
@@ -213,7 +214,7 @@ def export_finetuned(
     return _export_static(subject, cfg, data, table)
 
 
-def _check_inputs(space: SearchSpace, arch: Arch, cfg: ExportConfig, data: Any, table: LatencyTable | None) -> None:
+def _check_inputs(space: Space, arch: Arch, cfg: ExportConfig, data: Any, table: LatencyTable | None) -> None:
     """What must hold before any work: the table fits the space and arch; INT8 has calibration images."""
     if table is not None:
         check_table_fits(table, space, arch)
@@ -258,7 +259,7 @@ def _export_static(subject: StaticSubnet, cfg: ExportConfig, data: Any, table: L
     return result
 
 
-def _static_subnet(net: OFAMobileNetV3, arch: Arch, cfg: ExportConfig, data: Any) -> StaticSubnet:
+def _static_subnet(net: Supernet, arch: Arch, cfg: ExportConfig, data: Any) -> StaticSubnet:
     """The timm subnet of a checked arch in eval mode, BN recalibrated on training images when there are any."""
     model = net.extract_checked(arch).eval()
     bn_batches = 0

@@ -7,7 +7,7 @@ rendered without running anything.
 from __future__ import annotations
 
 from ofa.export.result import BudgetVerdict, ExportResult, Preprocessing
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Space
 from ofa.lut.measure import Latency
 
 
@@ -31,7 +31,7 @@ def _ms(latency: Latency | None) -> str:
     )
 
 
-def render_model_card(result: ExportResult, space: SearchSpace, prep: Preprocessing) -> str:
+def render_model_card(result: ExportResult, space: Space, prep: Preprocessing) -> str:
     """Markdown: architecture (per block), MACs, params, accuracy, latency, preprocessing, provenance."""
     arch = result.arch
     lines = [
@@ -67,7 +67,7 @@ def _budget(budget: BudgetVerdict) -> str:
     return f"met: measured {budget.measured_ms:.3g} ms for {budget.target_ms:g} ms (within ±{budget.margin_pct:.1f}%)"
 
 
-def _summary(result: ExportResult, space: SearchSpace) -> list[str]:
+def _summary(result: ExportResult, space: Space) -> list[str]:
     arch = result.arch
     lines = [
         "## Summary",
@@ -111,21 +111,22 @@ def _summary(result: ExportResult, space: SearchSpace) -> list[str]:
     ]
 
 
-def _architecture(result: ExportResult, space: SearchSpace) -> list[str]:
+def _architecture(result: ExportResult, space: Space) -> list[str]:
     arch = result.arch
+    layers = space.layers(arch)
+    headers = ["#", "layer", "input", "out channels", *layers[0].card_cells(), "MACs"]
     lines = [
         "## Architecture",
         "",
         f"Resolution {arch.resolution}, depths {list(arch.depths)}.",
         "",
-        "| # | layer | input | out channels | kernel | mid channels | stride | SE | activation | MACs |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| {' | '.join(headers)} |",
+        f"|{' --- |' * len(headers)}",
     ]
-    for i, layer in enumerate(space.layers(arch)):
-        lines.append(
-            f"| {i} | {layer.kind} | {layer.in_hw}×{layer.in_hw}×{layer.in_c} | {layer.out_c} | {layer.kernel} | "
-            f"{layer.mid or ''} | {layer.stride} | {'yes' if layer.se else ''} | {layer.act} | {_num(layer.macs)} |"
-        )
+    for i, layer in enumerate(layers):
+        cells = [str(i), layer.kind, f"{layer.in_hw}×{layer.in_hw}×{layer.in_c}", str(layer.out_c)]
+        cells += [*layer.card_cells().values(), _num(layer.macs)]
+        lines.append(f"| {' | '.join(cells)} |")
     return [*lines, ""]
 
 

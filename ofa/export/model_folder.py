@@ -1,7 +1,7 @@
 """A model folder the ecosystem reads: timm's ``config.json``, safetensors weights, a Hub model card, ONNX.
 
 timm's own fields (``architecture``, ``pretrained_cfg``, ``label_names``) say how to feed the model;
-``timm_mobilenetv3`` holds timm's arch-definition strings and constructor arguments, so timm plus
+the family's timm key (mbv3: ``timm_mobilenetv3``) holds timm's constructor arguments, so timm plus
 safetensors rebuild the subnet without this project (the card shows the lines); ``ofa`` holds the
 space, arch and fingerprint that `ofa.load_subnet` reads. The card is a ``huggingface_hub.ModelCard``
 (Hub front matter: library, tags, dataset, top-1 and latency with its table); rendering needs no network.
@@ -19,39 +19,16 @@ from torch import nn
 
 from ofa.export.model_card import render_model_card
 from ofa.export.result import ExportResult, Preprocessing
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.subnet import FOLDER_CONFIG, FOLDER_WEIGHTS, subnet_record, timm_args
+from ofa.families.family import Space, TimmFolder
+from ofa.families.registry import family_of
+from ofa.families.subnet_file import FOLDER_CONFIG, FOLDER_WEIGHTS, subnet_record
 from ofa.utils.errors import OFAError
 from ofa.utils.io import write_json, write_text
 from ofa.utils.weights import save_safetensors
 
-ARCHITECTURE = "mobilenetv3_ofa_subnet"  # not in timm's registry: build it from ``timm_mobilenetv3`` instead
 FOLDER_ONNX, FOLDER_INT8, FOLDER_CARD = "model.onnx", "model.int8.onnx", "README.md"
 FOLDER_SUMMARY = "model.export.json"
-TIMM_KEY = "timm_mobilenetv3"
 HUB_MISSING = "huggingface_hub is not installed (pip install 'ofa-toolkit[hub]' or pip install huggingface_hub)"
-
-# What the card shows a timm user; tests run exactly these lines, in the folder, without ofa installed.
-TIMM_SNIPPET = f"""\
-import json
-from functools import partial
-
-from safetensors.torch import load_file
-from timm.layers import get_act_layer
-from timm.models._efficientnet_blocks import SqueezeExcite
-from timm.models._efficientnet_builder import decode_arch_def, round_channels
-from timm.models.mobilenetv3 import MobileNetV3
-
-a = json.load(open("{FOLDER_CONFIG}"))["{TIMM_KEY}"]
-se = partial(SqueezeExcite, gate_layer=a["se_layer"]["gate_layer"],
-             force_act_layer=get_act_layer(a["se_layer"]["force_act_layer"]), rd_round_fn=round_channels)
-model = MobileNetV3(block_args=decode_arch_def(a["arch_def"]), act_layer=get_act_layer(a["act_layer"]),
-                    se_layer=se, round_chs_fn=round_channels, **a["kwargs"])
-model.conv_stem.stride = (a["stem_stride"], a["stem_stride"])  # timm's constructor fixes stride 2
-model.act2 = get_act_layer(a["head_act_layer"])(inplace=True)  # timm's head reuses the body's activation
-model.load_state_dict(load_file("{FOLDER_WEIGHTS}"))
-model.eval()
-"""
 
 
 @dataclass(frozen=True)
@@ -60,7 +37,7 @@ class FolderContent:
 
     result: ExportResult
     model: nn.Module
-    space: SearchSpace
+    space: Space
     prep: Preprocessing
     proto: onnx.ModelProto
     int8_proto: onnx.ModelProto | None = None
@@ -88,7 +65,7 @@ def folder_layout(out: Path) -> tuple[Path, bool]:
 def hf_config(content: FolderContent) -> dict[str, Any]:
     """``config.json``: timm's fields, timm's constructor arguments and ofa's record of the subnet."""
     result, space, prep = content.result, content.space, content.prep
-    r = result.arch.resolution
+    r, timm = result.arch.resolution, family_of(space).timm_folder
     pretrained: dict[str, Any] = {
         "input_size": [space.in_channels, r, r],
         "fixed_input_size": False,
@@ -96,8 +73,8 @@ def hf_config(content: FolderContent) -> dict[str, Any]:
         "crop_pct": 1.0,
         "crop_mode": "center",
         "num_classes": space.num_classes,
-        "first_conv": "conv_stem",
-        "classifier": "classifier",
+        "first_conv": timm.first_conv,
+        "classifier": timm.classifier,
     }
     pretrained.update({k: v for k, v in (("mean", prep.mean), ("std", prep.std)) if v is not None})
     meta = {
@@ -110,13 +87,13 @@ def hf_config(content: FolderContent) -> dict[str, Any]:
         "top1": result.top1_fp32,
     }
     return {
-        "architecture": ARCHITECTURE,
+        "architecture": timm.architecture,
         "num_classes": space.num_classes,
-        "num_features": space.feature_channels,
+        "num_features": timm.num_features(space),
         "global_pool": "avg",
         "pretrained_cfg": pretrained,
         "label_names": prep.class_names,
-        TIMM_KEY: timm_args(space, result.arch),
+        timm.key: family_of(space).timm_args(space, result.arch),
         "ofa": subnet_record(space, result.arch, meta),
     }
 
@@ -149,7 +126,8 @@ def render_hub_card(content: FolderContent) -> str:
     except ImportError:
         raise OFAError(HUB_MISSING) from None
     body = render_model_card(content.result, content.space, content.prep)
-    card = ModelCard(f"---\n{card_data(content).to_yaml()}\n---\n\n{body}\n{_timm_section()}")
+    timm = _timm_section(family_of(content.space).timm_folder)
+    card = ModelCard(f"---\n{card_data(content).to_yaml()}\n---\n\n{body}\n{timm}")
     return str(card)
 
 
@@ -208,16 +186,16 @@ def _eval_results(result: ExportResult, dataset: str) -> list[Any] | None:
     return results or None
 
 
-def _timm_section() -> str:
+def _timm_section(timm: TimmFolder) -> str:
     return "\n".join(
         [
             "## Load with timm alone",
             "",
-            f"`{ARCHITECTURE}` is not a name in timm's registry: `{FOLDER_CONFIG}` holds timm's arch-definition "
-            f"strings and MobileNetV3 arguments under `{TIMM_KEY}`. In this folder, with `timm` and `safetensors`:",
+            f"`{timm.architecture}` is not a name in timm's registry: `{FOLDER_CONFIG}` holds timm's {timm.holds} "
+            f"under `{timm.key}`. In this folder, with `timm` and `safetensors`:",
             "",
             "```python",
-            TIMM_SNIPPET.rstrip(),
+            timm.snippet.format(config=FOLDER_CONFIG, weights=FOLDER_WEIGHTS, key=timm.key).rstrip(),
             "```",
             "",
             "With this project installed: `ofa.load_subnet('<this folder>')`.",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ofa.export.model_folder import FOLDER_CARD, HUB_MISSING
-from ofa.families.mbv3.subnet import FOLDER_CONFIG, FOLDER_WEIGHTS
+from ofa.families.subnet_file import FOLDER_CONFIG, FOLDER_WEIGHTS
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import read_json

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ofa.export.verify import Parity
-from ofa.families.mbv3.arch import Arch
+from ofa.families.family import Arch
 from ofa.lut.measure import Latency
 
 

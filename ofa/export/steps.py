@@ -18,8 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 from ofa.data.loaders import make_loader
 from ofa.export.result import BudgetVerdict
 from ofa.export.verify import Inference, Parity, onnx_accuracy, resized_batches
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Arch, Space
 from ofa.lut.measure import Latency
 from ofa.lut.timing import Standalone, protocol_from_dict
 from ofa.utils.errors import OFAError
@@ -36,7 +35,7 @@ class StaticSubnet:
     """
 
     model: nn.Module
-    space: SearchSpace
+    space: Space
     arch: Arch
     meta: dict[str, Any]
     bn_batches: int = 0

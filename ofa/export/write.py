@@ -19,7 +19,7 @@ from ofa.export.model_card import render_model_card
 from ofa.export.model_folder import FolderContent, write_model_folder
 from ofa.export.result import Preprocessing
 from ofa.export.steps import Measured, StaticSubnet
-from ofa.families.mbv3.subnet import save_subnet
+from ofa.families.subnet_file import save_subnet
 from ofa.runtime.convert import build_metadata, set_metadata
 from ofa.utils.io import write_json, write_text
 

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.encoding import GeneLayout, sample_arch
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Arch, Space
+from ofa.families.genes import GeneLayoutBase
+from ofa.families.registry import family_of, layout_of
 from ofa.lut.layer_models import LayerModules, empty_runner, input_shape, subnet_runners
 from ofa.lut.stats import Stats, noise_pct, spread_pct
 from ofa.lut.timing import NOISE_CRITERION, WARN_NOISE_PCT, Protocol, Standalone, time_models
@@ -97,28 +97,14 @@ class TableBuildConfig:
 
 
 # --------------------------------------------------------------------------------- subnets timed with the layers
-def _key(layout: GeneLayout, arch: Arch) -> bytes:
+def _key(layout: GeneLayoutBase, arch: Arch) -> bytes:
     """The subnet behind ``arch`` (unused slots ignored): two archs with one key are one network."""
     return layout.canonical(layout.encode(arch)).tobytes()
 
 
-def all_subnets(space: SearchSpace, resolution: int) -> Iterator[Arch]:
-    """Every distinct subnet at ``resolution`` once (unused slots take the first choice)."""
-    d = space.max_depth
-    block_choices = list(itertools.product(space.kernels, space.expands))
-    for depths in itertools.product(space.depths, repeat=space.num_stages):
-        per_stage = [itertools.product(block_choices, repeat=depth) for depth in depths]
-        for blocks in itertools.product(*per_stage):
-            kernels, expands = [space.kernels[0]] * space.num_slots, [space.expands[0]] * space.num_slots
-            for s, stage in enumerate(blocks):
-                for j, (k, e) in enumerate(stage):
-                    kernels[s * d + j], expands[s * d + j] = k, e
-            yield Arch(resolution, depths, tuple(kernels), tuple(expands))
-
-
-def _distinct(space: SearchSpace, candidates: Iterable[Arch], n: int, exclude: Sequence[Arch] = ()) -> list[Arch]:
+def _distinct(space: Space, candidates: Iterable[Arch], n: int, exclude: Sequence[Arch] = ()) -> list[Arch]:
     """The first ``n`` distinct subnets among ``candidates`` that are not in ``exclude`` (fewer if it runs out)."""
-    layout = GeneLayout.of(space)
+    layout = layout_of(space)
     seen = {_key(layout, a) for a in exclude}
     out: list[Arch] = []
     for arch in candidates:
@@ -131,12 +117,13 @@ def _distinct(space: SearchSpace, candidates: Iterable[Arch], n: int, exclude: S
     return out
 
 
-def _draws(space: SearchSpace, rng: np.random.Generator, resolution: int, n: int) -> Iterator[Arch]:
+def _draws(space: Space, rng: np.random.Generator, resolution: int, n: int) -> Iterator[Arch]:
     """Random subnets at ``resolution``, at most ``DRAWS_PER_SUBNET * n`` of them: no search runs unbounded."""
-    return (sample_arch(space, rng, resolutions=[resolution]) for _ in range(DRAWS_PER_SUBNET * n))
+    sample = family_of(space).sample_arch
+    return (sample(space, rng, resolutions=[resolution]) for _ in range(DRAWS_PER_SUBNET * n))
 
 
-def calibration_archs(space: SearchSpace, resolution: int, n: int, seed: int) -> list[Arch]:
+def calibration_archs(space: Space, resolution: int, n: int, seed: int) -> list[Arch]:
     """The smallest and largest subnet plus random ones: they span the range the correction is fitted on.
 
     A space with at most ``n`` distinct subnets gives each of them once.
@@ -145,7 +132,7 @@ def calibration_archs(space: SearchSpace, resolution: int, n: int, seed: int) ->
         return []
     ends = [space.min_arch(resolution), space.max_arch(resolution)]
     if space.count() <= n:
-        return _distinct(space, itertools.chain(ends, all_subnets(space, resolution)), n)
+        return _distinct(space, itertools.chain(ends, layout_of(space).every_arch(resolution)), n)
     rng = np.random.default_rng([seed, resolution])
     archs = _distinct(space, itertools.chain(ends[:n], _draws(space, rng, resolution, n)), n)
     if len(archs) < n:
@@ -156,15 +143,17 @@ def calibration_archs(space: SearchSpace, resolution: int, n: int, seed: int) ->
     return archs
 
 
-def probe_archs(space: SearchSpace, resolution: int, n: int, seed: int, exclude: Sequence[Arch] = ()) -> list[Arch]:
+def probe_archs(space: Space, resolution: int, n: int, seed: int, exclude: Sequence[Arch] = ()) -> list[Arch]:
     """Fixed subnets timed with the table and again by ``ofa lut check``: how much the machine drifted.
 
     The middle choice everywhere plus random ones; never calibration subnets, never judged by a check.
     Fewer than ``n`` where the space has no other subnets left.
     """
-    mid = [c[len(c) // 2] for c in (space.kernels, space.expands, space.depths)]
+    layout = layout_of(space)
+    middle = layout.sizes // 2
+    middle[layout.resolution] = space.resolutions.index(resolution)
     rng = np.random.default_rng([seed, resolution, 1])
-    candidates = itertools.chain([space.uniform_arch(resolution, *mid)], _draws(space, rng, resolution, n))
+    candidates = itertools.chain([layout.decode(middle)], _draws(space, rng, resolution, n))
     return _distinct(space, candidates, n, exclude)
 
 
@@ -179,7 +168,7 @@ def fit_correction(raw_ms: Sequence[float], measured_ms: Sequence[float]) -> tup
 
 # --------------------------------------------------------------------------------- the build
 def build_table(
-    space: SearchSpace,
+    space: Space,
     cfg: TableBuildConfig,
     on_resolution_done: Callable[[int], None] | None = None,
     warn: Callable[[str], None] | None = None,
@@ -218,7 +207,7 @@ def build_table_file(space: str, cfg: TableBuildConfig) -> LatencyTable:
     return build_table(space_from_arg(space), cfg)
 
 
-def _new_meta(space: SearchSpace, cfg: TableBuildConfig) -> dict[str, Any]:
+def _new_meta(space: Space, cfg: TableBuildConfig) -> dict[str, Any]:
     info = runtime_info(cfg.backend)
     return {
         "device": cfg.device or platform.node() or "unknown",
@@ -276,7 +265,7 @@ def _layer_runners(modules: LayerModules, r: int, cfg: TableBuildConfig) -> dict
 
 
 def _measure_resolution(
-    space: SearchSpace,
+    space: Space,
     r: int,
     modules: LayerModules,
     meta: dict[str, Any],
@@ -374,7 +363,7 @@ def _warn_if_noisy(meta: Mapping[str, Any], r: int, cfg: TableBuildConfig, warn:
 
 
 def correction_record(
-    space: SearchSpace, archs: Sequence[Arch], entries: Mapping[str, Any], overhead: float, measured: Sequence[float]
+    space: Space, archs: Sequence[Arch], entries: Mapping[str, Any], overhead: float, measured: Sequence[float]
 ) -> dict[str, Any]:
     """The affine fit of the calibration subnets' measured ms on their raw sums, as stored in meta."""
     raw = [overhead + sum(entries[layer.key]["mean_ms"] for layer in space.layers(a)) for a in archs]

@@ -34,8 +34,8 @@ import numpy as np
 from scipy.stats import spearmanr
 from tqdm import tqdm
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.encoding import GeneLayout, sample_arch
+from ofa.families.family import Arch, Space
+from ofa.families.registry import family_of, layout_of
 from ofa.lut.layer_models import subnet_runners
 from ofa.lut.stats import Stats, noise_pct
 from ofa.lut.timing import WARN_NOISE_PCT, Protocol, Standalone, protocol_from_dict, time_models, with_overrides
@@ -127,12 +127,13 @@ class CheckReport:
     rows_path: Path
     summary_path: Path
     plot_path: Path
+    space: Space  # the space the rows' archs are of
 
 
 def sample_check_archs(table: LatencyTable, resolutions: Sequence[int], n: int, seed: int) -> list[Arch]:
     """``n`` distinct random subnets per resolution, none of them a calibration subnet or probe of the table."""
     space = table.space
-    layout = GeneLayout.of(space)
+    layout, sample = layout_of(space), family_of(space).sample_arch
     excluded = {
         layout.canonical(layout.encode(a)).tobytes()
         for a in [*table.calibration_archs(), *(a for r in resolutions for a, _ in table.probes(r))]
@@ -147,7 +148,7 @@ def sample_check_archs(table: LatencyTable, resolutions: Sequence[int], n: int, 
         for _ in range(100 * n):
             if len(picked) == n:
                 break
-            arch = sample_arch(space, rng, resolutions=[r])
+            arch = sample(space, rng, resolutions=[r])
             key = layout.canonical(layout.encode(arch)).tobytes()
             if key not in seen:
                 seen.add(key)
@@ -301,7 +302,7 @@ def check_table_file(
     plot = plot_check(result, out / "check.png", f"{table_path.stem}")
     curves = {f"lut_check/{k}": [r[k] for r in result.rows] for k in ("predicted_ms", "measured_ms")}
     log_figures(out / "tensorboard", curves, {}, lambda text: print(text, file=sys.stderr))  # TensorBoard too
-    return CheckReport(result, summary, rows_path, summary_path, plot)
+    return CheckReport(result, summary, rows_path, summary_path, plot, table.space)
 
 
 def plot_check(result: CheckResult, path: str | Path, title: str) -> Path:

@@ -1,86 +1,51 @@
 """The models a latency table times: every layer config of a space, whole subnets, and an empty model.
 
-Layers are measured exactly as they run in an exported subnet: each module is cut out of a real timm
-subnet built by ``ofa.families.mbv3.subnet.build_subnet`` and exported with the same ONNX exporter settings.
+The layer configs are those of the family's cost terms (``ofa.families.genes.CostTerm``); each is timed
+as the module the family's ``layer_module`` gives for it, which for mbv3 is cut out of a real timm
+subnet, exported with the same ONNX exporter settings as whole subnets.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from onnx import TensorProto, helper
 from torch import nn
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.layers import LayerSpec
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.subnet import build_subnet
+from ofa.families.family import Arch, Space
+from ofa.families.registry import family_of, layout_of
 from ofa.runtime.convert import DEFAULT_OPSET
 from ofa.runtime.runtimes import Runner, make_runner
 
 
-def layer_specs(space: SearchSpace, resolution: int) -> list[LayerSpec]:
-    """Every distinct layer config the space runs at ``resolution`` (fixed layers, every block choice)."""
-    specs = {layer.key: layer for layer in space.fixed_layers(resolution)}
-    for s in range(space.num_stages):
-        for j in range(space.max_depth):
-            for k in space.kernels:
-                for e in space.expands:
-                    spec = space.block_spec(resolution, s, j, k, e)
-                    specs.setdefault(spec.key, spec)
+def layer_specs(space: Space, resolution: int) -> list[Any]:
+    """Every distinct layer config the space runs at ``resolution``: each cost term at every choice of its columns."""
+    layout = layout_of(space)
+    specs: dict[str, Any] = {}
+    for term in layout.terms:
+        choices = [[resolution] if c == layout.resolution else layout.choices[c] for c in term.columns]
+        for values in itertools.product(*choices):
+            for spec in term.layers(*values):
+                specs.setdefault(spec.key, spec)
     return list(specs.values())
 
 
-def input_shape(spec: LayerSpec, batch: int) -> tuple[int, int, int, int]:
+def input_shape(spec: Any, batch: int) -> tuple[int, int, int, int]:
     return (batch, spec.in_c, spec.in_hw, spec.in_hw)
 
 
 class LayerModules:
-    """timm modules for every layer config, cut out of real subnets (one per kernel/expand pair).
+    """The module a table times for each layer config of a space (the family's ``layer_module``)."""
 
-    Weights do not depend on the resolution, so one subnet per (kernel, expand) with every stage at
-    full depth holds a module for every block slot at every resolution.
-    """
+    def __init__(self, space: Space) -> None:
+        self.space, self.layer_module = space, family_of(space).layer_module
 
-    def __init__(self, space: SearchSpace) -> None:
-        self.space = space
-        self._models: dict[tuple[int, int], nn.Module] = {}
-
-    def _model(self, kernel: int, expand: int) -> nn.Module:
-        if (kernel, expand) not in self._models:
-            sp = self.space
-            arch = sp.uniform_arch(sp.resolutions[0], kernel, expand, sp.max_depth)
-            self._models[kernel, expand] = build_subnet(sp, arch).eval()
-        return self._models[kernel, expand]
-
-    def module(self, spec: LayerSpec, stage: int = -1, index: int = -1, expand: int = 0) -> nn.Module:
-        """The module running ``spec``; blocks need their (stage, index, expand ratio)."""
-        sp = self.space
-        any_model = self._model(sp.kernels[0], sp.expands[0])
-        if spec.kind == "stem":
-            return nn.Sequential(any_model.conv_stem, any_model.bn1)
-        if spec.kind == "first":
-            return any_model.blocks[0]
-        if spec.kind == "final_expand":
-            return any_model.blocks[-1]
-        if spec.kind == "head":
-            m = any_model
-            return nn.Sequential(m.global_pool, m.conv_head, m.norm_head, m.act2, m.flatten, m.classifier)
-        return self._model(spec.kernel, expand).blocks[stage + 1][index]
-
-    def for_resolution(self, resolution: int) -> dict[str, tuple[LayerSpec, nn.Module]]:
+    def for_resolution(self, resolution: int) -> dict[str, tuple[Any, nn.Module]]:
         """key -> (spec, module) for every distinct layer config at ``resolution``."""
-        sp = self.space
-        out = {layer.key: (layer, self.module(layer)) for layer in sp.fixed_layers(resolution)}
-        for s in range(sp.num_stages):
-            for j in range(sp.max_depth):
-                for k in sp.kernels:
-                    for e in sp.expands:
-                        spec = sp.block_spec(resolution, s, j, k, e)
-                        if spec.key not in out:
-                            out[spec.key] = (spec, self.module(spec, s, j, e))
-        return out
+        return {spec.key: (spec, self.layer_module(self.space, spec)) for spec in layer_specs(self.space, resolution)}
 
 
 def empty_onnx(batch: int = 1) -> bytes:
@@ -105,13 +70,12 @@ def empty_runner(backend: str, batch: int, threads: int) -> Runner:
     return make_runner(backend, EmptyModel(), (batch, 1), threads, onnx_model=empty_onnx(batch))
 
 
-def subnet_runners(
-    space: SearchSpace, archs: Iterable[Arch], backend: str, batch: int, threads: int
-) -> dict[str, Runner]:
+def subnet_runners(space: Space, archs: Iterable[Arch], backend: str, batch: int, threads: int) -> dict[str, Runner]:
     """Whole timm subnets (random weights) loaded on ``backend``, keyed by ``Arch.short()`` plus index."""
     runners = {}
+    build = family_of(space).build_subnet
     for i, arch in enumerate(archs):
-        model = build_subnet(space, arch).eval()
+        model = build(space, arch).eval()
         shape = (batch, space.in_channels, arch.resolution, arch.resolution)
         runners[f"{i}:{arch.short()}"] = make_runner(backend, model, shape, threads)
     return runners

@@ -23,9 +23,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.subnet import build_subnet
+from ofa.families.family import Arch, Space
+from ofa.families.registry import arch_from_dict, family_of, space_from_dict
 from ofa.lut.build import CALIBRATE_NEEDS, calibration_archs, correction_record, probe_archs
 from ofa.lut.layer_models import EmptyModel, LayerModules, empty_onnx, input_shape
 from ofa.lut.pack_readme import render_pack_readme
@@ -87,7 +86,7 @@ class _Model:
     arch: Arch | None = None
 
 
-def _models(space: SearchSpace, cfg: PackConfig) -> list[_Model]:
+def _models(space: Space, cfg: PackConfig) -> list[_Model]:
     """Every model a table needs, once: layers per resolution, calibration subnets and probes, the empty model."""
     modules, out, seen = LayerModules(space), [_Model("<empty>", EmptyModel(), (cfg.batch, 1), "empty")], set()
     for r in space.resolutions:
@@ -103,12 +102,12 @@ def _models(space: SearchSpace, cfg: PackConfig) -> list[_Model]:
     return out
 
 
-def packed_space(space: SearchSpace, cfg: PackConfig) -> SearchSpace:
+def packed_space(space: Space, cfg: PackConfig) -> Space:
     """The space a pack covers: ``space`` at the pack's resolutions (its fingerprint is the manifest's)."""
     return replace(space, resolutions=tuple(sorted(set(cfg.resolutions or space.resolutions))))
 
 
-def pack_models(space: SearchSpace, cfg: PackConfig) -> Path:
+def pack_models(space: Space, cfg: PackConfig) -> Path:
     """Write every model a table of ``space`` needs into ``cfg.out`` (a new folder); the manifest's path.
 
     Built in a temp folder beside ``cfg.out`` and renamed at the end: an interrupted pack leaves nothing.
@@ -147,9 +146,9 @@ def pack_models(space: SearchSpace, cfg: PackConfig) -> Path:
     return cfg.out / MANIFEST
 
 
-def _write_model(space: SearchSpace, m: _Model, path: Path, fmt: str) -> dict[str, Any]:
+def _write_model(space: Space, m: _Model, path: Path, fmt: str) -> dict[str, Any]:
     """Convert one model into ``path``; its manifest entry."""
-    module = m.module if m.arch is None else build_subnet(space, m.arch).eval()
+    module = m.module if m.arch is None else family_of(space).build_subnet(space, m.arch).eval()
     onnx_model = empty_onnx(m.shape[0]) if m.kind == "empty" and fmt != "executorch" else None
     formats.write(fmt, formats.convert(fmt, module, m.shape, onnx_model), path)
     entry: dict[str, Any] = {"file": f"models/{path.name}", "input_shape": list(m.shape), "format": fmt, "kind": m.kind}
@@ -223,7 +222,7 @@ class ImportConfig:
 def import_timings(folder: str | Path, timings: Mapping[str, Stats], cfg: ImportConfig) -> LatencyTable:
     """The table of a pack from its models' timings (key → stats), written to ``cfg.out``."""
     manifest = read_manifest(folder)
-    space = SearchSpace.from_dict(manifest["space"], f"{folder}/{MANIFEST}: space")
+    space = space_from_dict(manifest["space"], f"{folder}/{MANIFEST}: space")
     models = manifest["models"]
     overhead = float(timings["<empty>"]["mean_ms"])
     entries = {
@@ -240,7 +239,7 @@ def import_timings(folder: str | Path, timings: Mapping[str, Stats], cfg: Import
 
         def subnets(kind: str, r: int = r) -> list[tuple[Arch, float]]:
             return [
-                (Arch.from_dict(m["arch"]), float(timings[k]["mean_ms"]))
+                (arch_from_dict(space, m["arch"]), float(timings[k]["mean_ms"]))
                 for k, m in models.items()
                 if m["kind"] == kind and m.get("resolution") == r
             ]
@@ -262,9 +261,7 @@ def import_timings_file(folder: str | Path, timings_csv: str | Path, cfg: Import
     return import_timings(folder, timings, replace(cfg, timer=f"imported from {Path(timings_csv).name}"))
 
 
-def _imported_meta(
-    manifest: Mapping[str, Any], space: SearchSpace, cfg: ImportConfig, overhead: float
-) -> dict[str, Any]:
+def _imported_meta(manifest: Mapping[str, Any], space: Space, cfg: ImportConfig, overhead: float) -> dict[str, Any]:
     protocol = {**Standalone(blocks=cfg.blocks, estimator="median").to_dict(), "timer": cfg.timer}
     return {
         "device": cfg.device,

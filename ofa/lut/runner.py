@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.subnet import build_subnet
+from ofa.families.family import Space
+from ofa.families.registry import family_of
 from ofa.lut.check import CheckResult, sample_check_archs, summarize_errors
 from ofa.lut.external_runner import CommandRunner, time_with_command
 from ofa.lut.pack import (
@@ -58,7 +58,7 @@ class RunnerBuildConfig:
         object.__setattr__(self, "out", Path(self.out))
 
 
-def build_with_runner(space: SearchSpace, cfg: RunnerBuildConfig) -> LatencyTable:
+def build_with_runner(space: Space, cfg: RunnerBuildConfig) -> LatencyTable:
     """Pack (or reuse the pack), time every model with the command, write ``timings.csv``, import the table."""
     folder = cfg.pack.out
     if not (folder / MANIFEST).is_file():
@@ -122,7 +122,7 @@ def check_with_runner(table: LatencyTable, cfg: RunnerCheckConfig) -> CheckResul
     for i, arch in enumerate(tqdm(archs, desc=f"convert to {fmt}", disable=not cfg.progress)):
         shape = (batch, space.in_channels, arch.resolution, arch.resolution)
         path = cfg.folder / f"{i:04d}{formats.SUFFIX[fmt]}"
-        formats.write(fmt, formats.convert(fmt, build_subnet(space, arch).eval(), shape), path)
+        formats.write(fmt, formats.convert(fmt, family_of(space).build_subnet(space, arch).eval(), shape), path)
         models[str(i)] = (path, path.name, shape)
     with tqdm(total=cfg.blocks * len(models), desc="time with the runner", disable=not cfg.progress) as bar:
         stats = time_with_command(cfg.runner, models, cfg.blocks, cfg.seed, bar.update)

@@ -19,8 +19,8 @@ import onnx
 import torch
 from torch import nn
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Arch, Space
+from ofa.families.registry import arch_from_dict, space_from_dict
 from ofa.utils.errors import OFAError
 
 INPUT_NAME, OUTPUT_NAME = "input", "logits"
@@ -88,7 +88,7 @@ def check_onnx(model: onnx.ModelProto, what: str = "exported model") -> None:
 
 
 def build_metadata(
-    space: SearchSpace, arch: Arch, *, mean: Any, std: Any, class_names: Any, values: Mapping[str, Any]
+    space: Space, arch: Arch, *, mean: Any, std: Any, class_names: Any, values: Mapping[str, Any]
 ) -> dict[str, str]:
     """``metadata_props`` of an exported model: everything needed to feed it and to trace it back."""
     meta = {
@@ -119,7 +119,7 @@ def set_metadata(model: onnx.ModelProto, props: Mapping[str, str]) -> onnx.Model
 
 
 def read_metadata(model: onnx.ModelProto | str | Path) -> dict[str, Any]:
-    """The ``ofa.*`` metadata of an exported model, decoded (``arch`` is an `Arch`).
+    """The ``ofa.*`` metadata of an exported model, decoded (``arch`` is an arch of the stored space's family).
 
     Raises `OFAError` for a missing or unreadable file.
     """
@@ -136,5 +136,6 @@ def read_metadata(model: onnx.ModelProto | str | Path) -> dict[str, Any]:
         if prop.key.startswith(META_PREFIX):
             out[prop.key[len(META_PREFIX) :]] = json.loads(prop.value)
     if "arch" in out:
-        out["arch"] = Arch.from_dict(out["arch"], "metadata_props ofa.families.mbv3.arch")
+        space = space_from_dict(out.get("space"), "metadata_props ofa.space")
+        out["arch"] = arch_from_dict(space, out["arch"], "metadata_props ofa.arch")
     return out

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT
+from ofa.families.supernet_file import CHECKPOINT_FORMAT
 from ofa.utils.errors import OFAError
 from ofa.utils.io import load_torch, save_torch
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Supernet
 
 
 def soft_cross_entropy(logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -16,7 +16,7 @@ def soft_cross_entropy(logits: torch.Tensor, teacher_logits: torch.Tensor, tempe
     return -(target * F.log_softmax(logits.float() / t, dim=1)).sum(1).mean() * (t * t)
 
 
-def frozen_teacher(net: OFAMobileNetV3) -> OFAMobileNetV3:
+def frozen_teacher(net: Supernet) -> Supernet:
     """A copy of the full network that never changes.
 
     It runs in training mode like OFA's teacher (batch statistics, robust to elastic resolution)

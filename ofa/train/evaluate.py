@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ofa.families.mbv3.arch import Arch
+from ofa.families.family import Arch
 from ofa.train.bn import recalibrate_bn, resize
 
 

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from ofa.data.config import DataConfig, parse_data_config
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.subnet import save_subnet
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Arch, Space, Supernet
+from ofa.families.registry import arch_from_any, load_supernet
+from ofa.families.subnet_file import save_subnet
 from ofa.train.bn import resize
 from ofa.train.distill import frozen_teacher, soft_cross_entropy
 from ofa.train.distributed import DistEnv, resolve_device
@@ -111,12 +111,9 @@ def load_finetune_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Fin
         raise OFAError(f"{path}: {exc}") from None
 
 
-def load_arch_any(path: str | Path) -> Arch:
-    """An arch JSON of ours, or an official subnet config ``{"ks", "e", "d", "r"}``."""
-    obj = read_json(path, "arch file")
-    if isinstance(obj, Mapping) and "ks" in obj:
-        return Arch.from_ofa_config(obj, source=str(path))
-    return Arch.from_dict(obj, str(path))
+def load_arch_any(space: Space, path: str | Path) -> Arch:
+    """An arch JSON of ours, or an official subnet config of ``space``'s family (mbv3: ``{"ks", "e", "d", "r"}``)."""
+    return arch_from_any(space, read_json(path, "arch file"), str(path))
 
 
 @dataclass(frozen=True)
@@ -129,7 +126,7 @@ class FinetuneResult:
 
 
 def finetune(
-    supernet: OFAMobileNetV3, arch: Arch, recipe: FinetuneRecipe, out_dir: str | Path, resume: bool = False
+    supernet: Supernet, arch: Arch, recipe: FinetuneRecipe, out_dir: str | Path, resume: bool = False
 ) -> FinetuneResult:
     """Train subnet ``arch`` of ``supernet`` on the recipe's data into ``out_dir`` (``subnet.pt``)."""
     out = Path(out_dir)
@@ -153,15 +150,15 @@ def finetune_files(
 ) -> FinetuneResult:
     """`finetune` from files (what the CLI calls)."""
     recipe = load_finetune_recipe(recipe_path, overrides)
-    supernet = OFAMobileNetV3.load(supernet_path)
+    supernet = load_supernet(supernet_path)
     supernet.meta = {**supernet.meta, "supernet_sha256": file_sha256(supernet_path)}
-    return finetune(supernet, load_arch_any(arch_path), recipe, out_dir, resume)
+    return finetune(supernet, load_arch_any(supernet.space, arch_path), recipe, out_dir, resume)
 
 
 class _Finetuner:
     """One fine-tuning run: its session (data, optimizer, records, position), the subnet and its teacher."""
 
-    def __init__(self, supernet: OFAMobileNetV3, arch: Arch, recipe: FinetuneRecipe, out: Path) -> None:
+    def __init__(self, supernet: Supernet, arch: Arch, recipe: FinetuneRecipe, out: Path) -> None:
         self.recipe, self.arch, self.space = recipe, arch, supernet.space
         env = DistEnv.single_process(resolve_device(recipe.device))
         self.device = env.device

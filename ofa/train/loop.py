@@ -20,9 +20,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from ofa.data.loaders import set_loader_epoch
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.supernet import OFAMobileNetV3
-from ofa.families.mbv3.transfer import adapt_supernet
+from ofa.families.family import Arch, Supernet
+from ofa.families.registry import family_of, load_supernet
 from ofa.train.bn import recalibrate_bn
 from ofa.train.distill import frozen_teacher
 from ofa.train.distributed import DistEnv, broadcast_state, process_group
@@ -81,13 +80,14 @@ class Trainer:
             "recipe_source": recipe.source,
         }
 
-    def _initial_net(self) -> OFAMobileNetV3:
+    def _initial_net(self) -> Supernet:
         """Seeded random weights, or those of ``init.supernet`` fitted to the space (classes, channels)."""
         recipe = self.recipe
         torch.manual_seed(recipe.seed)
-        net = OFAMobileNetV3(recipe.space)
+        family = family_of(recipe.space)
+        net = family.supernet_type(recipe.space)
         if recipe.init.supernet:
-            start = adapt_supernet(OFAMobileNetV3.load(recipe.init.supernet), recipe.space, recipe.seed)
+            start = family.adapt_supernet(load_supernet(recipe.init.supernet), recipe.space, recipe.seed)
             net.load_state_dict(start.state_dict())
         return net
 
@@ -118,14 +118,14 @@ class Trainer:
         if tp is not None and p > tp and ps.teacher is None:
             ps.teacher = frozen_teacher(self.net)
         if phase.reorganize_channels:
-            trained = sorted({e for q in self.recipe.phases[:p] for e in q.expands})
-            self.net.reorganize_channels(frozen_expands=trained)
+            done = self.recipe.phases[:p]
+            self.net.reorganize_for({dim: sorted({v for q in done for v in q.choices[dim]}) for dim in phase.choices})
         ps.optimizer = self.session.new_optimizer(self.net, phase.lr)
         ps.noise.reset()
         self.session.log(
-            f"phase {p + 1}/{len(self.recipe.phases)} {phase.name!r}: kernels {list(phase.kernels)}, "
-            f"expands {list(phase.expands)}, depths {list(phase.depths)}, resolutions "
-            f"{list(phase.resolutions)}, {phase.subnets_per_step} subnet(s)/step, {phase.total_epochs} epochs, "
+            f"phase {p + 1}/{len(self.recipe.phases)} {phase.name!r}: "
+            + "".join(f"{dim} {list(c)}, " for dim, c in phase.choices.items())
+            + f"{phase.subnets_per_step} subnet(s)/step, {phase.total_epochs} epochs, "
             f"lr {phase.lr * self.session.lr_scale:g}"
             + (f", teacher: {'init supernet' if tp == -1 else 'full network'}" if ps.teacher else "")
         )

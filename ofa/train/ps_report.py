@@ -11,9 +11,8 @@ from typing import Any
 import torch
 
 from ofa.data.loaders import set_loader_epoch
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Arch, Space, Supernet
+from ofa.families.registry import arch_from_dict
 from ofa.train.evaluate import evaluate_arch
 from ofa.train.noise_scale import batch_advice
 from ofa.train.recipe import PhaseConfig, Recipe
@@ -24,7 +23,7 @@ Results = dict[str, dict[str, Any]]  # subnet name -> top1, loss, arch
 
 @torch.no_grad()
 def evaluate_subnets(
-    net: OFAMobileNetV3,
+    net: Supernet,
     archs: dict[str, Arch],
     loader: torch.utils.data.DataLoader,
     session: TrainingSession,
@@ -47,26 +46,18 @@ def evaluate_subnets(
     return results
 
 
-def every_choice(space: SearchSpace) -> PhaseConfig:
+def every_choice(space: Space) -> PhaseConfig:
     """The whole space as a phase: what the final test draws its subnets from."""
-    return PhaseConfig(
-        name="final",
-        epochs=1,
-        lr=1.0,
-        kernels=space.kernels,
-        expands=space.expands,
-        depths=space.depths,
-        resolutions=space.resolutions,
-    )
+    return PhaseConfig(name="final", epochs=1, lr=1.0, choices=space.elastic_dims())
 
 
-def corners(space: SearchSpace, results: Results) -> dict[str, dict[str, Any]]:
+def corners(space: Space, results: Results) -> dict[str, dict[str, Any]]:
     """The largest and smallest subnet's name and top-1 among ``results``."""
     return {
         key: {"name": name, "top1": v["top1"]}
         for name, v in results.items()
         for key, arch in (("largest", space.max_arch()), ("smallest", space.min_arch()))
-        if Arch.from_dict(v["arch"]) == arch
+        if arch_from_dict(space, v["arch"]) == arch
     }
 
 

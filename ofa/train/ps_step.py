@@ -14,8 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Arch, Supernet
 from ofa.train.bn import resize
 from ofa.train.distill import frozen_teacher, soft_cross_entropy
 from ofa.train.distributed import all_reduce_sum, average_gradients
@@ -32,7 +31,7 @@ class ProgressiveStep:
     ``teacher`` (a frozen copy, or None) and ``optimizer`` (one per phase) are set by the trainer.
     """
 
-    def __init__(self, recipe: Recipe, net: OFAMobileNetV3, session: TrainingSession) -> None:
+    def __init__(self, recipe: Recipe, net: Supernet, session: TrainingSession) -> None:
         self.recipe, self.net, self.session = recipe, net, session
         self.env, self.device = session.env, session.device
         cuda = self.device.type == "cuda"
@@ -47,7 +46,7 @@ class ProgressiveStep:
         self.measure_noise = recipe.noise_scale.enabled and self.micro_batches * self.env.world_size >= 2
         self.inplace = recipe.distill.teacher == "inplace"
         self.noise = NoiseScaleEstimator(recipe.noise_scale.ema)
-        self.teacher: OFAMobileNetV3 | None = None
+        self.teacher: Supernet | None = None
         self.optimizer: torch.optim.Optimizer | None = None
 
     def __call__(self, p: int, epoch: int, step: int, x: torch.Tensor, y: torch.Tensor) -> float:

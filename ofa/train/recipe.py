@@ -9,15 +9,14 @@ choice outside the space or a missing data root is an `OFAError` naming the file
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from ofa.data.config import DataConfig, parse_data_config
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.transfer import derive_space, read_supernet_space
+from ofa.families.family import Arch, Space
+from ofa.families.registry import family_of, layout_of, read_supernet_space, space_from_dict
 from ofa.utils.config import ConfigError, apply_overrides, parse_fields, parse_section, section_to_dict
 from ofa.utils.errors import OFAError, SpaceError
 from ofa.utils.fields import field_label
@@ -60,29 +59,44 @@ class DistillConfig:
 
 @dataclass(frozen=True)
 class PhaseConfig:
-    """One progressive-shrinking phase; a null choice list means all of the space's choices."""
+    """One progressive-shrinking phase. ``choices`` holds the choices it trains of each of the space's
+    elastic dimensions (``space.elastic_dims()``), which a recipe gives as keys of the phase (null or
+    omitted: all of the space's)."""
 
     name: str
     epochs: int
     lr: float
     warmup_epochs: int = 0
-    kernels: tuple[int, ...] | None = None
-    expands: tuple[int, ...] | None = None
-    depths: tuple[int, ...] | None = None
-    resolutions: tuple[int, ...] | None = None
     subnets_per_step: int = 1
     sandwich: bool = False  # largest + smallest + random subnets each step
     reorganize_channels: bool = False  # sort expanded channels by importance before the phase
+    choices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def total_epochs(self) -> int:
         return self.warmup_epochs + self.epochs
 
-    def largest(self, resolution: int, space: SearchSpace) -> Arch:
-        return space.uniform_arch(resolution, max(self.kernels), max(self.expands), max(self.depths))
+    @property
+    def resolutions(self) -> tuple[int, ...]:
+        return self.choices["resolutions"]
 
-    def smallest(self, resolution: int, space: SearchSpace) -> Arch:
-        return space.uniform_arch(resolution, min(self.kernels), min(self.expands), min(self.depths))
+    def to_dict(self) -> dict[str, Any]:
+        """The phase as a recipe writes it: each dimension a key of its own, after ``warmup_epochs``."""
+        plain = section_to_dict(dataclasses.replace(self, choices={}))
+        plain.pop("choices")
+        head = list(plain.items())[:4]
+        return {**dict(head), **section_to_dict(dict(self.choices)), **plain}
+
+    def uniform(self, resolution: int, space: Space, pick: Callable[[Sequence[int]], int]) -> Arch:
+        """The subnet taking ``pick`` of the phase's choices in every dimension, at ``resolution``."""
+        values = {dim: pick(c) for dim, c in self.choices.items() if dim != "resolutions"}
+        return layout_of(space).uniform(resolution, values)
+
+    def largest(self, resolution: int, space: Space) -> Arch:
+        return self.uniform(resolution, space, max)
+
+    def smallest(self, resolution: int, space: Space) -> Arch:
+        return self.uniform(resolution, space, min)
 
 
 @dataclass(frozen=True)
@@ -175,7 +189,7 @@ class NoiseScaleConfig:
 class Recipe:
     """A validated recipe; ``to_dict()`` is the resolved recipe (every default spelled out)."""
 
-    space: SearchSpace
+    space: Space
     phases: tuple[PhaseConfig, ...]
     data: DataConfig = field(default_factory=DataConfig)
     seed: int = 0
@@ -195,11 +209,12 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         own = ("space", "data")  # sections that say how they are written
-        return {
+        out = {
             f.name: getattr(self, f.name).to_dict() if f.name in own else section_to_dict(getattr(self, f.name))
             for f in dataclasses.fields(self)
             if f.name != "source"
         }
+        return {**out, "phases": [p.to_dict() for p in self.phases]}
 
     def training_dict(self) -> dict[str, Any]:
         """What determines the trained weights: every section but ``pipeline:`` (what is done after training)."""
@@ -247,7 +262,7 @@ def _validate(raw: Mapping[str, Any], source: str) -> Recipe:
     for key in ("space", "phases"):
         if key not in raw and not (key == "space" and init.supernet):
             raise ConfigError(f"{key}: missing (required)")
-    space = _init_space(init, raw, source) if init.supernet else SearchSpace.from_dict(raw["space"], "space")
+    space = _init_space(init, raw, source) if init.supernet else space_from_dict(raw["space"], "space")
     data = parse_data_config(raw.get("data"), "data")
     if not isinstance(raw["phases"], list) or not raw["phases"]:
         raise ConfigError("phases: expected a non-empty list of phases")
@@ -260,10 +275,10 @@ def _validate(raw: Mapping[str, Any], source: str) -> Recipe:
     return recipe
 
 
-def _init_space(init: InitConfig, raw: Mapping[str, Any], source: str) -> SearchSpace:
+def _init_space(init: InitConfig, raw: Mapping[str, Any], source: str) -> Space:
     """The init supernet's space, with the recipe's allowed changes; a re-headed one cannot teach."""
     base = read_supernet_space(init.supernet)
-    space = derive_space(base, raw.get("space"))
+    space = family_of(base).derive_space(base, raw.get("space"), "space")
     distill = raw.get("distill")
     if isinstance(distill, Mapping) and distill.get("teacher") == "init" and space.num_classes != base.num_classes:
         raise ConfigError(
@@ -274,12 +289,14 @@ def _init_space(init: InitConfig, raw: Mapping[str, Any], source: str) -> Search
     return space
 
 
-def _phase(space: SearchSpace, raw: Any, where: str) -> PhaseConfig:
-    phase = parse_section(PhaseConfig, raw, where)
+def _phase(space: Space, raw: Any, where: str) -> PhaseConfig:
+    dims = space.elastic_dims()
+    given = {k: v for k, v in raw.items() if k in dims} if isinstance(raw, Mapping) else {}
+    rest = {k: v for k, v in raw.items() if k not in dims} if isinstance(raw, Mapping) else raw
+    phase = PhaseConfig(**parse_fields(PhaseConfig, rest, where, skip=("choices",)))
     resolved = {}
-    for name in ("kernels", "expands", "depths", "resolutions"):
-        allowed = getattr(space, name)
-        chosen = getattr(phase, name)
+    for name, allowed in dims.items():
+        chosen = _choice_list(given.get(name), f"{where}.{name}")
         if chosen is None:
             resolved[name] = tuple(allowed)
             continue
@@ -289,7 +306,7 @@ def _phase(space: SearchSpace, raw: Any, where: str) -> PhaseConfig:
             if v not in allowed:
                 raise ConfigError(f"{where}.{name}[{i}]: {v} is not one of space.{name} {list(allowed)}")
         resolved[name] = tuple(sorted(set(chosen)))
-    phase = dataclasses.replace(phase, **resolved)
+    phase = dataclasses.replace(phase, choices=resolved)
     if phase.epochs < 1:
         raise ConfigError(f"{where}.epochs: must be >= 1, got {phase.epochs}")
     if phase.warmup_epochs < 0:
@@ -301,6 +318,14 @@ def _phase(space: SearchSpace, raw: Any, where: str) -> PhaseConfig:
     if phase.sandwich and phase.subnets_per_step < 2:
         raise ConfigError(f"{where}.sandwich: needs subnets_per_step >= 2 (largest + smallest)")
     return phase
+
+
+def _choice_list(value: Any, where: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ConfigError(f"{where}: expected a list of integers, got {value!r}")
+    return tuple(value)
 
 
 def _check_consistency(r: Recipe) -> None:

@@ -10,14 +10,13 @@ import itertools
 
 import numpy as np
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.encoding import sample_arch
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Arch, Space
+from ofa.families.registry import family_of, layout_of
 from ofa.train.recipe import PhaseConfig
 
 
 def step_subnets(
-    space: SearchSpace, phase: PhaseConfig, inplace_teacher: bool, seed: int, phase_index: int, epoch: int, step: int
+    space: Space, phase: PhaseConfig, inplace_teacher: bool, seed: int, phase_index: int, epoch: int, step: int
 ) -> list[Arch]:
     """The subnets of one step, all at one resolution drawn from the phase's list.
 
@@ -26,6 +25,8 @@ def step_subnets(
     """
     rng = np.random.default_rng([seed, phase_index, epoch, step])
     res = int(rng.choice(phase.resolutions))
+    restrict = {dim: c for dim, c in phase.choices.items() if dim != "resolutions"}
+    sample = family_of(space).sample_arch
     fixed: list[Arch] = []
     if phase.sandwich or inplace_teacher:
         fixed.append(phase.largest(res, space))
@@ -33,8 +34,7 @@ def step_subnets(
         fixed.append(phase.smallest(res, space))
     fixed = fixed[: phase.subnets_per_step]
     return fixed + [
-        sample_arch(space, rng, kernels=phase.kernels, expands=phase.expands, depths=phase.depths, resolutions=[res])
-        for _ in range(phase.subnets_per_step - len(fixed))
+        sample(space, rng, **restrict, resolutions=[res]) for _ in range(phase.subnets_per_step - len(fixed))
     ]
 
 
@@ -43,23 +43,22 @@ def step_seed(seed: int, phase_index: int, epoch: int, step: int, rank: int) -> 
     return int(np.random.default_rng([seed, phase_index, epoch, step, rank, 7]).integers(2**63 - 1))
 
 
-def eval_subnets(space: SearchSpace, phase: PhaseConfig, mode: str) -> dict[str, Arch]:
+def eval_subnets(space: Space, phase: PhaseConfig, mode: str) -> dict[str, Arch]:
     """Named subnets to evaluate: the corners (min/max of each dimension at min/max resolution).
 
     ``minmax`` keeps only the largest and smallest. Duplicates (a dimension with one choice) are
     dropped; names read ``r16-k5-e4-d3``.
     """
     resolutions = sorted({min(phase.resolutions), max(phase.resolutions)})
+    dims = [dim for dim in phase.choices if dim != "resolutions"]
     if mode == "minmax":
-        archs = [phase.largest(max(resolutions), space), phase.smallest(min(resolutions), space)]
+        corners = [(max(resolutions), {d: max(phase.choices[d]) for d in dims})]
+        corners.append((min(resolutions), {d: min(phase.choices[d]) for d in dims}))
     else:
-        archs = []
-        for r, d, e, k in itertools.product(
-            resolutions[::-1],
-            *[sorted({max(c), min(c)}, reverse=True) for c in (phase.depths, phase.expands, phase.kernels)],
-        ):
-            archs.append(space.uniform_arch(r, k, e, d))
-    named: dict[str, Arch] = {}
-    for a in archs:
-        named.setdefault(f"r{a.resolution}-k{a.kernels[0]}-e{a.expands[0]}-d{a.depths[0]}", a)
+        ends = [sorted({max(phase.choices[d]), min(phase.choices[d])}, reverse=True) for d in reversed(dims)]
+        corners = [(r, dict(zip(reversed(dims), v))) for r, *v in itertools.product(resolutions[::-1], *ends)]
+    layout, named = layout_of(space), {}
+    for r, values in corners:
+        name = "-".join([f"r{r}", *(f"{d[0]}{values[d]}" for d in dims)])
+        named.setdefault(name, layout.uniform(r, values))
     return named

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from ofa.data.config import DataConfig
 from ofa.data.datasets import DataBundle, build_data
 from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Space
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distributed import DistEnv
 from ofa.train.optim import build_optimizer, lr_at, set_lr
@@ -187,7 +187,7 @@ class TrainingSession:
     def is_main(self) -> bool:
         return self.env.is_main
 
-    def require_fit(self, space: SearchSpace, problem: str) -> None:
+    def require_fit(self, space: Space, problem: str) -> None:
         """Raise `OFAError` with ``problem`` (formatted with source, key, have, want and data) where
         ``space``'s classes or input channels are not those of the data."""
         for key, want in (("num_classes", self.data.num_classes), ("in_channels", self.data.in_channels)):

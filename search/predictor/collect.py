@@ -27,10 +27,8 @@ from tqdm import tqdm
 
 from ofa.data.datasets import DataBundle, data_from_meta
 from ofa.data.loaders import LoaderOptions, make_loader
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.encoding import GeneLayout, sample_arch
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Arch, Space, Supernet
+from ofa.families.registry import arch_from_dict, family_of, layout_of, load_supernet, space_from_dict
 from ofa.train.bn import recalibrate_bn
 from ofa.train.distributed import DistEnv, process_group
 from ofa.train.evaluate import evaluate
@@ -42,9 +40,9 @@ FILE_KIND = "ofa-accuracy"
 RESUME_KEYS = ("fingerprint", "weights", "seed", "calib_batches", "batch_size", "repeat_split", "val_images")
 
 
-def subnet_arch(space: SearchSpace, seed: int, index: int) -> Arch:
+def subnet_arch(space: Space, seed: int, index: int) -> Arch:
     """The ``index``-th random subnet of a collection seeded with ``seed``."""
-    return sample_arch(space, np.random.default_rng([seed, index]))
+    return family_of(space).sample_arch(space, np.random.default_rng([seed, index]))
 
 
 def weights_digest(net: torch.nn.Module) -> str:
@@ -112,7 +110,7 @@ def read_accuracy(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]
 class AccuracyData:
     """A collection as arrays: what `fit_predictor` consumes."""
 
-    space: SearchSpace
+    space: Space
     rows: np.ndarray
     top1: np.ndarray
     halves: tuple[np.ndarray, np.ndarray] | None
@@ -121,10 +119,12 @@ class AccuracyData:
 
 def load_accuracy(path: str | Path) -> AccuracyData:
     header, records = read_accuracy(path)
-    space = SearchSpace.from_dict(header.get("space") or {}, f"{path}: header.space")
-    rows = GeneLayout.of(space).encode_many(
+    space = space_from_dict(header.get("space") or {}, f"{path}: header.space")
+    rows = layout_of(space).encode_many(
         [
-            space.validate(Arch.from_dict(r["arch"], f"{path}: subnet {r['index']}"), f"{path}: subnet {r['index']}")
+            space.validate(
+                arch_from_dict(space, r["arch"], f"{path}: subnet {r['index']}"), f"{path}: subnet {r['index']}"
+            )
             for r in records
         ]
     )
@@ -218,7 +218,7 @@ class CollectResult:
 
 
 def collect(
-    net: OFAMobileNetV3, data: DataBundle, out: str | Path, cfg: CollectConfig, env: DistEnv | None = None
+    net: Supernet, data: DataBundle, out: str | Path, cfg: CollectConfig, env: DistEnv | None = None
 ) -> CollectResult:
     """Measure subnets ``0..n-1`` of ``net`` not yet in ``out`` (``env``: this process's rank and device).
 
@@ -289,7 +289,7 @@ def _open_output(out: Path, header: dict[str, Any], rank: int) -> None:
 
 
 def _measure(
-    net: OFAMobileNetV3,
+    net: Supernet,
     arch: Arch,
     index: int,
     calib: DataLoader,
@@ -341,7 +341,7 @@ def collect_from_checkpoint(
     or validation split, and the errors of `collect`.
     """
     with process_group(device, timeout=timedelta(hours=24), where="--device") as env:
-        net = OFAMobileNetV3.load(checkpoint)
+        net = load_supernet(checkpoint)
         if not net.meta.get("data"):
             raise OFAError(
                 f"{checkpoint}: records no data section, so its validation split is unknown (train it with `ofa train`)"

@@ -1,6 +1,6 @@
 """Accuracy predictor: an MLP on the paper's arch encoding, so the search never runs the supernet.
 
-The features are OFA's MobileNetArchEncoder (``ofa.families.mbv3.encoding.ArchEncoder``) of integer gene rows,
+The features are the family's ``ArchEncoder`` (mbv3: OFA's MobileNetArchEncoder) of integer gene rows,
 so a whole population is scored with one batched call. A predictor file stores its space, so it
 refuses any other space.
 """
@@ -18,9 +18,8 @@ import torch
 from scipy.stats import kendalltau
 from torch import nn
 
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.encoding import ArchEncoder
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Arch, Space
+from ofa.families.registry import family_of, space_from_dict
 from ofa.utils.errors import OFAError
 from ofa.utils.io import load_torch, save_torch
 
@@ -32,10 +31,10 @@ class AccuracyPredictor(nn.Module):
     """MLP (hidden ReLU layers, as OFA's 3 x 400) from the encoding to top-1 accuracy in percent."""
 
     def __init__(
-        self, space: SearchSpace, hidden: int = 400, layers: int = 3, target_mean: float = 0.0, target_std: float = 1.0
+        self, space: Space, hidden: int = 400, layers: int = 3, target_mean: float = 0.0, target_std: float = 1.0
     ) -> None:
         super().__init__()
-        self.space, self.encoder = space, ArchEncoder(space)
+        self.space, self.encoder = space, family_of(space).encoder(space)
         self.hidden, self.layers = hidden, layers
         dims = [self.encoder.dim] + [hidden] * layers
         mods: list[nn.Module] = []
@@ -71,7 +70,7 @@ class AccuracyPredictor(nn.Module):
     def predict(self, arch: Arch) -> float:
         return float(self.predict_archs([arch])[0])
 
-    def check_space(self, space: SearchSpace, what: str) -> None:
+    def check_space(self, space: Space, what: str) -> None:
         """Refuse to score archs of another space (the encoding would silently mean something else)."""
         if space.fingerprint() != self.space.fingerprint():
             raise OFAError(
@@ -106,7 +105,7 @@ class AccuracyPredictor(nn.Module):
                 f"{path}: accuracy predictor file lacks {missing[0]!r} (damaged or hand-made); "
                 "fit it again with `ofa predictor fit`"
             )
-        space = SearchSpace.from_dict(obj["space"], f"{path}:space")
+        space = space_from_dict(obj["space"], f"{path}:space")
         if space.fingerprint() != obj.get("fingerprint"):
             raise OFAError(f"{path}: stored space does not match its fingerprint (file edited or corrupted)")
         net = cls(space, int(obj["hidden"]), int(obj["layers"]))

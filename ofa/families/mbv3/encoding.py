@@ -9,12 +9,14 @@ layout, so they cannot disagree about what a column means.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.space import SearchSpace
 from ofa.utils.errors import OFAError
@@ -22,20 +24,10 @@ from ofa.utils.errors import OFAError
 GENE_ORDER = ("resolution", "depths", "kernels", "expands")  # gene groups, in column order
 
 
-def _frozen(values: Sequence[int]) -> np.ndarray:
-    out = np.asarray(values, dtype=np.int64)
-    out.flags.writeable = False
-    return out
-
-
 @dataclass(frozen=True, eq=False)
-class GeneLayout:
+class GeneLayout(GeneLayoutBase):
     """Column layout of the gene rows of one space; get it with ``GeneLayout.of(space)`` (built once per space)."""
 
-    space: SearchSpace
-    slices: Mapping[str, slice]  # columns of each gene group (GENE_ORDER)
-    choices: tuple[tuple[int, ...], ...]  # choice values of each gene
-    sizes: np.ndarray  # number of choices of each gene
     depth_values: np.ndarray  # the depth choices
     slot_stage: np.ndarray  # stage of each block slot
     slot_index: np.ndarray  # position of each block slot within its stage
@@ -62,24 +54,11 @@ class GeneLayout:
             space,
             slices,
             tuple(choices),
-            _frozen([len(c) for c in choices]),
-            _frozen(space.depths),
-            _frozen(np.repeat(np.arange(space.num_stages), space.max_depth)),
-            _frozen(np.tile(np.arange(space.max_depth), space.num_stages)),
+            frozen_ints([len(c) for c in choices]),
+            frozen_ints(space.depths),
+            frozen_ints(np.repeat(np.arange(space.num_stages), space.max_depth)),
+            frozen_ints(np.tile(np.arange(space.max_depth), space.num_stages)),
         )
-
-    @property
-    def genes(self) -> int:
-        return len(self.choices)
-
-    @property
-    def resolution(self) -> int:
-        """Column of the resolution gene."""
-        return self.slices["resolution"].start
-
-    def as_rows(self, rows: np.ndarray) -> np.ndarray:
-        """``rows`` as an (n, genes) int64 array (a single row becomes one row)."""
-        return np.asarray(rows, dtype=np.int64).reshape(-1, self.genes)
 
     # ----------------------------------------------------------------- archs <-> rows
     def encode(self, arch: Arch, source: str = "arch") -> np.ndarray:
@@ -93,9 +72,6 @@ class GeneLayout:
         }
         values = [v for name in self.slices for v in groups[name]]
         return np.array([c.index(v) for c, v in zip(self.choices, values)], dtype=np.int64)
-
-    def encode_many(self, archs: Sequence[Arch]) -> np.ndarray:
-        return np.stack([self.encode(a) for a in archs]) if len(archs) else np.zeros((0, self.genes), np.int64)
 
     def decode(self, row: np.ndarray) -> Arch:
         vals = [self.choices[i][int(g)] for i, g in enumerate(np.asarray(row).ravel())]
@@ -111,33 +87,70 @@ class GeneLayout:
         depth = self.depth_values[rows[:, self.slices["depths"]]]
         return self.slot_index[None, :] < depth[:, self.slot_stage]
 
-    def canonical(self, rows: np.ndarray) -> np.ndarray:
-        """Rows with unused slots set to choice 0: one row per distinct subnet."""
-        rows = np.array(rows, dtype=np.int64).reshape(-1, self.genes)
-        inactive = ~self.active_slots(rows)
-        for name in ("kernels", "expands"):
-            genes = rows[:, self.slices[name]]  # a view: writes land in rows
-            genes[inactive] = 0
+    def active(self, rows: np.ndarray) -> np.ndarray:
+        """Resolution and depths always matter; a slot's kernel and expand only when the slot runs."""
+        slots = self.active_slots(rows)
+        out = np.ones((len(slots), self.genes), dtype=bool)
+        out[:, self.slices["kernels"]] = out[:, self.slices["expands"]] = slots
+        return out
+
+    def every_arch(self, resolution: int) -> Iterator[Arch]:
+        """Every distinct subnet at ``resolution`` once (unused slots take the first choice)."""
+        space = self.space
+        d = space.max_depth
+        block_choices = list(itertools.product(space.kernels, space.expands))
+        for depths in itertools.product(space.depths, repeat=space.num_stages):
+            per_stage = [itertools.product(block_choices, repeat=depth) for depth in depths]
+            for blocks in itertools.product(*per_stage):
+                kernels, expands = [space.kernels[0]] * space.num_slots, [space.expands[0]] * space.num_slots
+                for s, stage in enumerate(blocks):
+                    for j, (k, e) in enumerate(stage):
+                        kernels[s * d + j], expands[s * d + j] = k, e
+                yield Arch(resolution, depths, tuple(kernels), tuple(expands))
+
+    # ----------------------------------------------------------------- cost terms
+    @property
+    def terms(self) -> tuple[CostTerm, ...]:
+        """The fixed layers (by resolution), then one term per block slot (resolution, kernel, expand)."""
+        return _terms(self)
+
+    def term_active(self, rows: np.ndarray) -> np.ndarray:
+        """(n, 1 + num_slots): the fixed layers always run, a slot's block when within its stage's depth."""
+        slots = self.active_slots(rows)
+        return np.concatenate([np.ones((len(slots), 1), dtype=bool), slots], axis=1)
+
+    def cheapest(self, fixed: np.ndarray, tables: Sequence[np.ndarray]) -> np.ndarray:
+        """The cheapest row at each resolution of the cost ``fixed`` + Σ slot ``tables`` (exact).
+
+        Per resolution each slot takes its cheapest kernel/expand and each stage the depth whose
+        prefix sum is smallest: the cost is additive, so this is the exact minimum.
+        """
+        space = self.space
+        block = np.stack(tables, axis=1)  # (resolutions, slots, kernels, expands)
+        n_res, n_slots, _, n_exp = block.shape
+        flat = block.reshape(n_res, n_slots, -1)
+        choice, value = flat.argmin(-1), flat.min(-1)
+        prefix = np.cumsum(value.reshape(n_res, space.num_stages, space.max_depth), axis=-1)  # cost of depth j+1
+        rows = np.zeros((n_res, self.genes), dtype=np.int64)
+        rows[:, self.resolution] = np.arange(n_res)
+        rows[:, self.slices["depths"]] = np.argmin(prefix[:, :, np.asarray(space.depths) - 1], axis=-1)
+        rows[:, self.slices["kernels"]] = choice // n_exp
+        rows[:, self.slices["expands"]] = choice % n_exp
         return rows
 
-    # ----------------------------------------------------------------- random operators (OFA's)
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` uniform random archs as gene rows."""
-        return (rng.random((n, self.genes)) * self.sizes).astype(np.int64)
 
-    def mutate(
-        self, rows: np.ndarray, rng: np.random.Generator, prob: float = 0.1, resolution_prob: float = 0.5
-    ) -> np.ndarray:
-        """Redraw each gene with probability ``prob`` (the resolution with ``resolution_prob``), as OFA."""
-        p = np.full(rows.shape[1], prob)
-        p[self.resolution] = resolution_prob
-        redraw = rng.random(rows.shape) < p
-        fresh = self.sample(rows.shape[0], rng)
-        return np.where(redraw, fresh, rows)
+def _terms(layout: GeneLayout) -> tuple[CostTerm, ...]:
+    space, sl = layout.space, layout.slices
+    r = layout.resolution
 
-    def crossover(self, a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Uniform crossover: each gene from either parent with probability 1/2."""
-        return np.where(rng.random(a.shape) < 0.5, a, b)
+    def block(slot: int) -> CostTerm:
+        s, j = divmod(slot, space.max_depth)
+        return CostTerm(
+            (r, sl["kernels"].start + slot, sl["expands"].start + slot),
+            lambda res, k, e: [space.block_spec(res, s, j, k, e)],
+        )
+
+    return (CostTerm((r,), space.fixed_layers), *(block(i) for i in range(space.num_slots)))
 
 
 @lru_cache(maxsize=16)

@@ -54,6 +54,16 @@ class LayerSpec:
             f":mid={self.mid}:s={self.stride}:se={int(self.se)}:act={self.act}"
         )
 
+    def card_cells(self) -> dict[str, str]:
+        """The model card's columns for this layer between its widths and its MACs (header -> cell)."""
+        return {
+            "kernel": str(self.kernel),
+            "mid channels": str(self.mid or ""),
+            "stride": str(self.stride),
+            "SE": "yes" if self.se else "",
+            "activation": self.act,
+        }
+
     @classmethod
     def from_key(cls, key: str) -> LayerSpec:
         kind, *parts = key.split(":")

@@ -21,11 +21,12 @@ import torch
 
 from ofa.families.mbv3.layers import mid_channels
 from ofa.families.mbv3.space import SearchSpace, StageSpec
-from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.mbv3.transfer import fold_input_channels, rehead
+from ofa.families.supernet_file import read_official_state
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
-from ofa.utils.io import file_sha256, load_torch
+from ofa.utils.io import file_sha256
 
 # The paper's OFA-MobileNetV3 skeleton: what shapes cannot tell.
 OFFICIAL_STAGES = 5
@@ -57,6 +58,7 @@ _BLOCK = {
 }
 _MATRIX = re.compile(r"^depth_conv\.conv\.(\d+)to(\d+)_matrix$")
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.conv\.(.+)$")
+_LANDMARKS = ("first_conv.conv.weight", "final_expand_layer.conv.weight", "feature_mix_layer.conv.weight")
 
 
 def _fixed_map(final: int) -> dict[str, str]:
@@ -113,25 +115,14 @@ def official_key_map(space: SearchSpace) -> dict[str, str]:
 
 def read_official(path: str | Path) -> dict[str, torch.Tensor]:
     """The state dict of an official checkpoint, canonical names, floats as fp32 (fp16 files too)."""
-    obj = load_torch(path, "official OFA checkpoint")
-    if obj.get("format") in (SUPERNET_FORMAT, CHECKPOINT_FORMAT):
-        raise OFAError(f"{path}: already an {obj['format']} file of this toolkit; load it directly, nothing to import")
-    state = obj.get("state_dict", obj)
-    if not isinstance(state, Mapping) or not state:
-        raise OFAError(f"{path}: no state_dict in the checkpoint (keys: {sorted(map(str, obj))[:5]})")
-    bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
-    if bad is not None:
-        raise OFAError(
-            f"{path}: not an OFA-MobileNetV3 checkpoint (entry {bad!r} is a {type(state[bad]).__name__}, not a tensor)"
-        )
+    state = read_official_state(path)
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         name = canonical_key(str(key))
         if name in out:
             raise OFAError(f"{path}: keys {key!r} and another name the same tensor {name!r}")
         out[name] = value.float() if value.is_floating_point() else value
-    landmarks = ("first_conv.conv.weight", "final_expand_layer.conv.weight", "feature_mix_layer.conv.weight")
-    missing = [k for k in landmarks if k not in out]
+    missing = [k for k in _LANDMARKS if k not in out]
     if missing or not any(_BLOCK_KEY.match(k) for k in out):
         sample = ", ".join(sorted(out)[:3])
         raise OFAError(
@@ -139,6 +130,12 @@ def read_official(path: str | Path) -> dict[str, torch.Tensor]:
             f"; found {sample}, ...)"
         )
     return out
+
+
+def matches(state: Mapping[str, Any]) -> bool:
+    """Whether an official state dict (any key naming) is an OFA-MobileNetV3's: its landmark tensors are there."""
+    names = {canonical_key(str(k)) for k in state}
+    return all(k in names for k in _LANDMARKS) and any(_BLOCK_KEY.match(k) for k in names)
 
 
 def _shape(state: Mapping[str, torch.Tensor], key: str, source: str, dims: int) -> tuple[int, ...]:
@@ -351,20 +348,3 @@ def import_official(path: str | Path, config: ImportConfig = ImportConfig()) -> 
     if config.num_classes is not None:
         net = rehead(net, config.num_classes, config.seed)
     return net
-
-
-@dataclass(frozen=True)
-class ImportResult:
-    """What ``ofa import`` wrote."""
-
-    out: Path
-    space: SearchSpace
-    tensors: int
-    meta: dict[str, Any]
-
-
-def import_official_file(path: str | Path, out: str | Path, config: ImportConfig = ImportConfig()) -> ImportResult:
-    """Import the official checkpoint at ``path`` and write our supernet file to ``out`` (atomically)."""
-    net = import_official(path, config)
-    written = net.save(out, meta=net.meta)
-    return ImportResult(written, net.space, len(net.state_dict()), net.meta)

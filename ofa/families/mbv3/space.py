@@ -278,6 +278,10 @@ class SearchSpace:
                     raise SpaceError(f"{source}.{name}[{i}]: {v} is not one of {list(choices)}")
         return arch
 
+    def elastic_dims(self) -> dict[str, tuple[int, ...]]:
+        """The dimensions a training phase can restrict, with their choices (``sample_arch``'s keywords)."""
+        return {name: getattr(self, name) for name in ("kernels", "expands", "depths", "resolutions")}
+
     def count(self) -> int:
         """Number of distinct subnets per resolution (unused slots do not count)."""
         per_block = len(self.kernels) * len(self.expands)

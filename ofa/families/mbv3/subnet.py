@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 from typing import Any
 
-import torch
 from timm.layers import get_act_layer
 from timm.models._efficientnet_blocks import SqueezeExcite
 from timm.models._efficientnet_builder import decode_arch_def, round_channels
 from timm.models.mobilenetv3 import MobileNetV3
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.space import SearchSpace
-from ofa.utils.errors import OFAError
-from ofa.utils.io import load_torch, read_json, save_torch
-from ofa.utils.weights import load_safetensors
-
-SUBNET_FORMAT = "ofa-subnet"
-FOLDER_CONFIG, FOLDER_WEIGHTS = "config.json", "model.safetensors"  # a model folder's files
 
 
 def act_layer(name: str) -> type[nn.Module]:
@@ -92,69 +83,3 @@ def build_subnet(space: SearchSpace, arch: Arch) -> MobileNetV3:
     """A randomly initialised timm MobileNetV3 with exactly the layers of ``arch``."""
     space.validate(arch)
     return timm_model(timm_args(space, arch))
-
-
-def subnet_record(space: SearchSpace, arch: Arch, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a subnet file (and a model folder's config.json, under ``ofa``) says besides the weights."""
-    return {
-        "format": SUBNET_FORMAT,
-        "space": space.to_dict(),
-        "space_fingerprint": space.fingerprint(),
-        "arch": arch.to_dict(),
-        "meta": meta or {},
-    }
-
-
-def save_subnet(
-    model: nn.Module, space: SearchSpace, arch: Arch, path: str | Path, meta: dict[str, Any] | None = None
-) -> Path:
-    """Write a static subnet (config + weights) that `load_subnet` rebuilds without the supernet."""
-    return save_torch(path, {**subnet_record(space, arch, meta), "state_dict": model.state_dict()})
-
-
-def load_subnet(path: str | Path) -> MobileNetV3:
-    """Rebuild a saved static subnet (a ``.pt`` file or a model folder written by ``ofa export``) as a plain
-    timm model in eval mode; ``model.ofa_meta`` holds its metadata."""
-    path = Path(path)
-    if path.is_dir():
-        config = read_json(path / FOLDER_CONFIG, "model folder config")
-        record = config.get("ofa") if isinstance(config, dict) else None
-        if not isinstance(record, dict):
-            raise OFAError(f"{path / FOLDER_CONFIG}: not an ofa model folder (no 'ofa' section)")
-        state, _ = load_safetensors(path / FOLDER_WEIGHTS, "model weights")
-        return _rebuild(path, record, state)
-    obj = load_torch(path, "subnet file")
-    return _rebuild(path, obj, obj.get("state_dict"))
-
-
-def _rebuild(path: Path, record: dict[str, Any], state: Any) -> MobileNetV3:
-    if record.get("format") != SUBNET_FORMAT:
-        raise OFAError(f"{path}: not an ofa subnet file (format={record.get('format')!r})")
-    missing = [k for k in ("space", "arch") if k not in record] + ([] if isinstance(state, dict) else ["weights"])
-    if missing:
-        raise OFAError(f"{path}: subnet file lacks {missing[0]!r} (damaged or hand-made); export it again")
-    space = SearchSpace.from_dict(record["space"], f"{path}:space")
-    arch = Arch.from_dict(record["arch"], f"{path}:arch")
-    model = build_subnet(space, arch)
-    try:
-        model.load_state_dict(state)
-    except (RuntimeError, TypeError) as exc:
-        raise OFAError(f"{path}: weights do not match the stored arch: {str(exc).splitlines()[0]}") from None
-    model.ofa_meta = {"space": space, "arch": arch, **record.get("meta", {})}
-    return model.eval()
-
-
-def count_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-@torch.no_grad()
-def count_macs(model: nn.Module, resolution: int, in_channels: int = 3) -> int:
-    """MACs measured by torch's FLOP counter (FLOPs / 2) for one image."""
-    was_training = model.training
-    model.eval()
-    counter = FlopCounterMode(display=False)
-    with counter:
-        model(torch.zeros(1, in_channels, resolution, resolution))
-    model.train(was_training)
-    return counter.get_total_flops() // 2

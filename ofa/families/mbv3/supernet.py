@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +16,10 @@ from ofa.families.mbv3.elastic import ElasticMBConv, kernel_matrices
 from ofa.families.mbv3.encoding import sample_arch
 from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.subnet import build_subnet, timm_args, timm_model
+from ofa.families.supernet_file import SAFETENSORS, SUPERNET_FORMAT, read_record
 from ofa.utils.errors import OFAError
-from ofa.utils.io import load_torch, save_torch
-from ofa.utils.weights import load_safetensors, save_safetensors
-
-SUPERNET_FORMAT = "ofa-supernet"
-CHECKPOINT_FORMAT = "ofa-checkpoint"
-SAFETENSORS = ".safetensors"
+from ofa.utils.io import save_torch
+from ofa.utils.weights import save_safetensors
 
 
 class OFAMobileNetV3(nn.Module):
@@ -134,6 +131,10 @@ class OFAMobileNetV3(nn.Module):
         self._activate(previous)
         return model.train(self.training)
 
+    def reorganize_for(self, trained: Mapping[str, Sequence[int]]) -> None:
+        """Before a phase: sort expanded channels, keeping the order of the expand ratios already ``trained``."""
+        self.reorganize_channels(frozen_expands=trained.get("expands", ()))
+
     @torch.no_grad()
     def reorganize_channels(self, frozen_expands: Sequence[int] = ()) -> None:
         """Sort every block's expanded channels by importance (the network function is unchanged)."""
@@ -156,26 +157,17 @@ class OFAMobileNetV3(nn.Module):
     def load(cls, path: str | Path) -> OFAMobileNetV3:
         """Load a supernet file (``.safetensors`` or torch) or a training checkpoint; ``net.meta`` holds the
         stored metadata."""
-        if Path(path).suffix == SAFETENSORS:
-            state, obj = load_safetensors(path, "supernet file")
-            obj = {**obj, "state_dict": state}
-        else:
-            obj = load_torch(path, "supernet checkpoint")
-        fmt = obj.get("format")
-        if fmt == SUPERNET_FORMAT:
-            state = obj.get("state_dict")
-        elif fmt == CHECKPOINT_FORMAT:
-            state = obj.get("model")
-        else:
-            raise OFAError(f"{path}: not an ofa supernet or training checkpoint (format={fmt!r})")
-        if not isinstance(obj.get("space"), dict) or not isinstance(state, dict):
-            raise OFAError(f"{path}: checkpoint lacks its space or weights")
-        net = cls(SearchSpace.from_dict(obj["space"], f"{path}:space"))
+        return cls.from_record(*read_record(path), str(path))
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], state: dict[str, Any], source: str) -> OFAMobileNetV3:
+        """The supernet of a record ``ofa.families.supernet_file.read_record`` read from ``source``."""
+        net = cls(SearchSpace.from_dict(record["space"], f"{source}:space"))
         try:
             net.load_state_dict(state)
         except RuntimeError as exc:
-            raise OFAError(f"{path}: weights do not match the stored space: {str(exc).splitlines()[0]}") from None
-        net.meta = dict(obj.get("meta") or {})
+            raise OFAError(f"{source}: weights do not match the stored space: {str(exc).splitlines()[0]}") from None
+        net.meta = dict(record.get("meta") or {})
         return net
 
     def copy(self) -> OFAMobileNetV3:

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import fields, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 from timm.models import adapt_input_conv
 
 from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAMobileNetV3
+from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.utils.errors import OFAError
-from ofa.utils.io import load_torch
 
 
 def rehead(net: OFAMobileNetV3, num_classes: int, seed: int = 0) -> OFAMobileNetV3:
@@ -59,17 +57,6 @@ def fold_input_channels(net: OFAMobileNetV3, in_channels: int) -> OFAMobileNetV3
 # weight, the last two are what `rehead` and `fold_input_channels` adapt.
 FREE_FIELDS = ("resolutions", "dropout")
 ADAPTED_FIELDS = ("num_classes", "in_channels")
-
-
-def read_supernet_space(path: str | Path) -> SearchSpace:
-    """The space stored in a supernet file or training checkpoint (to build a recipe around it)."""
-    obj = load_torch(path, "supernet file")
-    if obj.get("format") not in (SUPERNET_FORMAT, CHECKPOINT_FORMAT) or not isinstance(obj.get("space"), dict):
-        raise OFAError(
-            f"{path}: not an ofa supernet file or training checkpoint (format={obj.get('format')!r}; "
-            "official once-for-all checkpoints need `ofa import` first)"
-        )
-    return SearchSpace.from_dict(obj["space"], f"{path}:space")
 
 
 def derive_space(base: SearchSpace, overrides: Mapping[str, Any] | None, where: str = "space") -> SearchSpace:

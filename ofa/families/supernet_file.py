@@ -1,0 +1,68 @@
+"""The supernet file and training checkpoint formats, shared by every family: a space mapping, weights, meta.
+
+Reading one needs no family: the registry reads the record, picks the family by the space's
+``family:`` key and hands the record to that family's supernet type (``from_record``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ofa.utils.errors import OFAError
+from ofa.utils.io import load_torch
+from ofa.utils.weights import load_safetensors
+
+SUPERNET_FORMAT = "ofa-supernet"
+CHECKPOINT_FORMAT = "ofa-checkpoint"
+SAFETENSORS = ".safetensors"
+
+
+def read_space_dict(path: str | Path) -> dict[str, Any]:
+    """The space mapping stored in a supernet file or training checkpoint (to build a recipe around it)."""
+    obj = load_torch(path, "supernet file")
+    if obj.get("format") not in (SUPERNET_FORMAT, CHECKPOINT_FORMAT) or not isinstance(obj.get("space"), dict):
+        raise OFAError(
+            f"{path}: not an ofa supernet file or training checkpoint (format={obj.get('format')!r}; "
+            "official once-for-all checkpoints need `ofa import` first)"
+        )
+    return obj["space"]
+
+
+def read_official_state(path: str | Path) -> Mapping[str, Any]:
+    """The raw state dict of an official once-for-all checkpoint (any family): one line for a file that is none."""
+    obj = load_torch(path, "official OFA checkpoint")
+    if obj.get("format") in (SUPERNET_FORMAT, CHECKPOINT_FORMAT):
+        raise OFAError(f"{path}: already an {obj['format']} file of this toolkit; load it directly, nothing to import")
+    state = obj.get("state_dict", obj)
+    if not isinstance(state, Mapping) or not state:
+        raise OFAError(f"{path}: no state_dict in the checkpoint (keys: {sorted(map(str, obj))[:5]})")
+    bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
+    if bad is not None:
+        raise OFAError(
+            f"{path}: not an official once-for-all checkpoint (entry {bad!r} is a {type(state[bad]).__name__}, "
+            "not a tensor)"
+        )
+    return state
+
+
+def read_record(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(record, state dict) of a supernet file (``.safetensors`` or torch) or a training checkpoint."""
+    if Path(path).suffix == SAFETENSORS:
+        state, obj = load_safetensors(path, "supernet file")
+        obj = {**obj, "state_dict": state}
+    else:
+        obj = load_torch(path, "supernet checkpoint")
+    fmt = obj.get("format")
+    if fmt == SUPERNET_FORMAT:
+        state = obj.get("state_dict")
+    elif fmt == CHECKPOINT_FORMAT:
+        state = obj.get("model")
+    else:
+        raise OFAError(f"{path}: not an ofa supernet or training checkpoint (format={fmt!r})")
+    if not isinstance(obj.get("space"), dict) or not isinstance(state, dict):
+        raise OFAError(f"{path}: checkpoint lacks its space or weights")
+    return obj, state
