@@ -3,7 +3,7 @@
 What ``docs/families.md`` asks of a family, in one file: a stem conv-BN-ReLU, stages of conv-BN-ReLU
 blocks (each stage picks its width and its depth), global average pooling and a linear classifier.
 Static subnets are timm ``ByobNet``s whose blocks are timm's ``ConvNormAct`` (the stem too), with no
-final conv and timm's ``ClassifierHead``. ``tests/test_toy_family.py`` registers it and takes it through
+final conv and timm's ``ClassifierHead``. The tests at the end register it and take it through
 every stage of the pipeline.
 """
 
@@ -19,17 +19,34 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
+import pytest
 import torch
 import torch.nn.functional as F
+import yaml
+from conftest import known_call_ms, onnx_top1, perturb
 from timm.layers import ClassifierHead, ConvNormAct
 from timm.models.byobnet import ByoBlockCfg, ByobNet, ByoModelCfg
 from torch import nn
 
+from ofa.data.datasets import data_from_meta
+from ofa.export.export import ExportConfig, export_subnet
+from ofa.families import registry
+from ofa.families.counts import count_macs, count_params
 from ofa.families.family import Family, TimmFolder
 from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints
+from ofa.families.subnet_file import load_subnet
 from ofa.families.supernet_file import SUPERNET_FORMAT, read_record
+from ofa.lut.build import TableBuildConfig, build_table
+from ofa.lut.layer_models import layer_specs
+from ofa.lut.timing import Standalone
+from ofa.pipeline import Pipeline, PipelineConfig
+from ofa.train.bn import resize
 from ofa.utils.errors import OFAError, SpaceError
-from ofa.utils.io import save_torch, write_json
+from ofa.utils.io import read_json, save_torch, write_json
+from search.dense import macs_model, params_model
+from search.latency import LatencyTable
+from search.predictor.model import AccuracyPredictor
 
 NAME = "toy"
 KERNEL = 3  # every conv is 3x3 with padding 1, as timm's ConvNormAct pads it
@@ -447,7 +464,7 @@ TOY_FOLDER = TimmFolder(
     snippet=SNIPPET,
     first_conv="stem.conv",
     classifier="head.fc",
-    num_features=lambda space: max(space.widths),
+    num_features=lambda model: model.num_features,  # the last stage's width, an arch gene
 )
 
 
@@ -617,31 +634,15 @@ TOY = Family(
     timm_folder=TOY_FOLDER,
     derive_space=derive_space,
     adapt_supernet=adapt_supernet,
-    phases=(("full", ("resolutions",)), ("depth", ("resolutions", "depths")), ("width", tuple(ToySpace().elastic_dims()))),
+    phases=(
+        ("full", ("resolutions",)),
+        ("depth", ("resolutions", "depths")),
+        ("width", tuple(ToySpace().elastic_dims())),
+    ),
 )
 
 
 # =========================================================================================== the tests
-import yaml  # noqa: E402
-from conftest import known_call_ms, onnx_top1, perturb  # noqa: E402
-
-from ofa.data.datasets import data_from_meta  # noqa: E402
-from ofa.export.export import ExportConfig, export_subnet  # noqa: E402
-from ofa.families import registry  # noqa: E402
-from ofa.families.counts import count_macs, count_params  # noqa: E402
-from ofa.families.subnet_file import load_subnet  # noqa: E402
-from ofa.lut.build import TableBuildConfig, build_table  # noqa: E402
-from ofa.lut.layer_models import layer_specs  # noqa: E402
-from ofa.lut.timing import Standalone  # noqa: E402
-from ofa.pipeline import Pipeline, PipelineConfig  # noqa: E402
-from ofa.train.bn import resize  # noqa: E402
-from ofa.utils.io import read_json  # noqa: E402
-from search.dense import macs_model, params_model  # noqa: E402
-from search.latency import LatencyTable  # noqa: E402
-from search.predictor.model import AccuracyPredictor  # noqa: E402
-
-import pytest  # noqa: E402
-
 FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
 SPACE = ToySpace()
 RECIPE = {
@@ -738,8 +739,11 @@ def test_train_table_predictor_search_export(toy, tmp_path, monkeypatch):
 
     out = tmp_path / "run"
     known_call_ms(monkeypatch, 0.25)  # the exports' latency measurements read a known value
-    result = Pipeline(PipelineConfig(recipe=recipe, out=out, subnets=10, lut=table_path), log=lambda _: None).run()
-    assert result.ran[:4] == ["train", "collect", "fit", "search"] and len(result.ran) == 8
+    lo, hi = table.predict(SPACE.min_arch(6)), table.predict(SPACE.max_arch(8))
+    targets = (round(lo + 0.5 * (hi - lo), 4), round(hi, 4))  # two budgets between the smallest and the largest
+    cfg = PipelineConfig(recipe=recipe, out=out, subnets=10, lut=table_path, targets_ms=targets)
+    result = Pipeline(cfg, log=lambda _: None).run()
+    assert result.ran == ["train", "collect", "fit", "search", *(f"export arch_{t:g}ms" for t in targets)]
 
     net = registry.load_supernet(out / "supernet.pt")
     assert isinstance(net, ToySupernet) and net.space == SPACE
@@ -767,5 +771,15 @@ def test_train_table_predictor_search_export(toy, tmp_path, monkeypatch):
     x = resize(torch.stack([data.test[i][0] for i in range(8)]), arch.resolution)
     net.eval().set_active(arch)
     torch.testing.assert_close(model(x), net(x), rtol=0, atol=1e-5)  # BN kept (calib_batches=0): the same net
-    exported = read_json(folder / "export.json", "export summary") if (folder / "export.json").is_file() else None
-    assert exported is None or exported["arch"]["widths"] == list(arch.widths)
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    logits = np.concatenate(
+        [session.run(None, {session.get_inputs()[0].name: x[i : i + 1].numpy()})[0] for i in range(8)]
+    )
+    np.testing.assert_allclose(logits, net(x).detach().numpy(), rtol=0, atol=1e-4)
+    assert config["num_features"] == arch.widths[-1] and config["ofa"]["arch"]["widths"] == list(arch.widths)
+    snippet = TOY_FOLDER.snippet.format(config="config.json", weights="model.safetensors", key=TOY_FOLDER.key)
+    assert snippet.strip() in (folder / "README.md").read_text()  # the card shows how timm alone rebuilds it
+    monkeypatch.chdir(folder)
+    scope: dict[str, Any] = {}
+    exec(snippet, scope)
+    torch.testing.assert_close(scope["model"](x), net(x), rtol=0, atol=1e-5)

@@ -26,7 +26,7 @@ class TimmFolder:
     snippet: str  # lines rebuilding the model with timm alone; placeholders {config}, {weights}, {key}
     first_conv: str  # pretrained_cfg's module names
     classifier: str
-    num_features: Callable[[Any], int]  # space -> width of the features the classifier reads
+    num_features: Callable[[Any], int]  # the built timm subnet -> width of the features its classifier reads
 
 
 @dataclass(frozen=True)
