@@ -513,12 +513,13 @@ class ToySupernet(nn.Module):
         super().__init__()
         self.space, self.meta = space, {}
         self.stem = ConvNormAct(space.in_channels, space.stem_width, KERNEL, stride=STEM_STRIDE)
-        top, stages, prev = max(space.widths), [], space.stem_width
-        for stride in space.strides:
-            stages.append(nn.ModuleList(ElasticConv(prev if j == 0 else top, top, stride if j == 0 else 1)
-                                        for j in range(max(space.depths))))  # fmt: skip
-            prev = top
-        self.stages = nn.ModuleList(stages)
+        top, ins = max(space.widths), (space.stem_width, *[max(space.widths)] * (space.num_stages - 1))
+        self.stages = nn.ModuleList(
+            nn.ModuleList(
+                ElasticConv(in_c if j == 0 else top, top, s if j == 0 else 1) for j in range(max(space.depths))
+            )
+            for in_c, s in zip(ins, space.strides)
+        )
         self.fc = nn.Linear(top, space.num_classes)
         self.set_active(space.max_arch())
 
