@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import perturb, tiny_space
 
 from bench.search_quality_measure import Measurer, arch_key, image_sets
 from bench.search_quality_metrics import (
@@ -25,7 +26,6 @@ from ofa.data.datasets import data_from_meta
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.encoding import GeneLayout
 from ofa.families.mbv3.supernet import OFAMobileNetV3
-from tests.conftest import perturb, tiny_space
 
 # K subnets on a grid of latencies; the true accuracy rises with latency, so under a budget the best is the
 # slowest subnet that fits. Index 3 is "lucky": it looks best on the picking half (B1) but is poor on B2.
