@@ -1,5 +1,5 @@
 """What `bench.search_quality` measures with: the supernet (trained once, found where the PS bench keeps
-its runs), the image sets its accuracies are taken on, a cache of every measured subnet, the latency
+its runs, `supernet_path`), the image sets its accuracies are taken on, a cache of every measured subnet, the latency
 table, and whole-subnet timings.
 
 Image sets: the validation split is halved by a fixed seed (``search.predictor.collect.split_halves``):
@@ -24,7 +24,7 @@ import numpy as np
 from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
-from bench.common import DATA
+from bench.common import DATA, ROOT
 from ofa.data.datasets import DataBundle
 from ofa.data.loaders import make_loader
 from ofa.families.mbv3.arch import Arch
@@ -43,6 +43,7 @@ from search.latency import LatencyTable
 from search.predictor.collect import split_halves
 
 PS_RUNS = DATA / "ps_runs"  # where bench.ps_vs_scratch keeps its supernet runs, by the same key
+OWN_RUNS = ROOT / "runs" / "bench"  # a supernet trained here because the PS folder keeps only records
 BATCH = 100  # images per batch, recalibration and evaluation (the collection's default)
 TIMED_AT_ONCE = 8  # whole subnets loaded together for timing (as `ofa lut check` bounds its memory)
 
@@ -52,10 +53,18 @@ def recipe_digest(recipe: Recipe) -> str:
     return hashlib.sha256(json.dumps(recipe.training_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def supernet_path(recipe: Recipe, runs: Path = PS_RUNS) -> Path:
-    """The recipe's trained supernet: the PS bench's run of it if there is one, else trained (resumed) there."""
-    run_dir = runs / f"ps-{recipe_digest(recipe)}"
-    return run_dir / "supernet.pt" if (run_dir / "supernet.pt").exists() else train(recipe, run_dir, resume=True)
+def supernet_path(recipe: Recipe, runs: Path = PS_RUNS, own: Path = OWN_RUNS) -> Path:
+    """The recipe's trained supernet: the PS bench's run of it (``runs/ps-KEY``) if it has weights, else
+    trained (or resumed) there; where that folder holds a finished run's records without its weights (a
+    clone), the records stay as they are and the supernet is trained in ``own/supernet-KEY`` instead."""
+    key = recipe_digest(recipe)
+    ps_dir, own_dir = runs / f"ps-{key}", own / f"supernet-{key}"
+    for folder in (ps_dir, own_dir):
+        if (folder / "supernet.pt").exists():
+            return folder / "supernet.pt"
+    if not ps_dir.exists() or (ps_dir / "checkpoints").is_dir():
+        return train(recipe, ps_dir, resume=True)
+    return train(recipe, own_dir, resume=True)
 
 
 @dataclass

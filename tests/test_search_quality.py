@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import perturb, tiny_space
+from conftest import TINY_RECIPE, perturb, tiny_space
 
+import bench.search_quality_measure as measure
 from bench.search_quality_measure import Measurer, arch_key, image_sets
 from bench.search_quality_metrics import (
     cause,
@@ -26,6 +27,7 @@ from ofa.data.datasets import data_from_meta
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.encoding import GeneLayout
 from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.train.recipe import load_recipe
 
 # K subnets on a grid of latencies; the true accuracy rises with latency, so under a budget the best is the
 # slowest subnet that fits. Index 3 is "lucky": it looks best on the picking half (B1) but is poor on B2.
@@ -163,3 +165,23 @@ def test_arch_key_ignores_unused_block_slots():
     layout = GeneLayout.of(space)
     assert arch_key(layout, base) == arch_key(layout, other)
     assert arch_key(layout, base) != arch_key(layout, Arch(16, base.depths, base.kernels, base.expands))
+
+
+def test_supernet_is_found_in_the_ps_runs_and_their_records_are_never_trained_over(tmp_path, monkeypatch):
+    recipe = load_recipe(TINY_RECIPE)
+    trained = []
+
+    def fake_train(recipe, folder, resume):
+        trained.append(folder)
+        return folder / "supernet.pt"
+
+    monkeypatch.setattr(measure, "train", fake_train)
+    runs, own = tmp_path / "ps_runs", tmp_path / "own"
+    ps_dir = runs / f"ps-{measure.recipe_digest(recipe)}"
+    assert measure.supernet_path(recipe, runs, own) == ps_dir / "supernet.pt"  # nothing yet: trained there
+    ps_dir.mkdir(parents=True)
+    (ps_dir / "metrics.jsonl").write_text("{}\n")  # a finished run's records, its weights not kept
+    assert measure.supernet_path(recipe, runs, own).parent == own / f"supernet-{measure.recipe_digest(recipe)}"
+    (ps_dir / "supernet.pt").write_bytes(b"")  # the PS bench's weights: reused, nothing trained
+    assert measure.supernet_path(recipe, runs, own) == ps_dir / "supernet.pt"
+    assert len(trained) == 2
