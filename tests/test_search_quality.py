@@ -12,6 +12,7 @@ import torch
 from conftest import TINY_RECIPE, perturb, tiny_space
 
 import bench.search_quality_measure as measure
+from bench import run_all
 from bench.search_quality_measure import Measurer, arch_key, image_sets
 from bench.search_quality_metrics import (
     cause,
@@ -185,3 +186,34 @@ def test_supernet_is_found_in_the_ps_runs_and_their_records_are_never_trained_ov
     (ps_dir / "supernet.pt").write_bytes(b"")  # the PS bench's weights: reused, nothing trained
     assert measure.supernet_path(recipe, runs, own) == ps_dir / "supernet.pt"
     assert len(trained) == 2
+
+
+def small_report() -> dict:
+    """A report of the bench's shape: one budget, one seed, one learning-curve point."""
+    row = {"seed": 0, "budget_ms": 0.2, "top1": 88.0, "regret": -0.5, "se": 0.9, "rank": 2, "table_ms": 0.19,
+           "measured_ms": 0.21, "over_pct": 5.0, "cause": "ok", "test_top1": 87.5, "within": True,
+           "within_latency": True, "rerank": {"top1": 88.4, "regret": -0.9, "cpu_s": 3.0}}  # fmt: skip
+    point = {"size": 100, "collect_cpu_s": 120.0, "fit_cpu_s": 4.0, "rmse": 0.8, "tau": 0.41, "regret_mean": -0.5,
+             "regret_max": -0.5, "within_share": 1.0, "rerank_regret_mean": -0.9, "rerank_cpu_s": 3.0}  # fmt: skip
+    return {
+        "supernet": "s.pt", "recipe_digest": "abc", "table": "t.yaml", "table_noise_pct": 2.0, "samples": 1000,
+        "images": {"a": 2500, "b1": 1250, "b2": 1250, "test": 10000}, "seeds": [0], "main_size": 100,
+        "budgets": [{"budget_ms": 0.2, "fit": 400, "best_top1": 87.5, "rows": [row]}],
+        "front": {"share_mean": 0.75, "samples_front": 12, "share_within_se_mean": 0.9},
+        "truth_retest_tau": 0.52, "learning_curve": [point], "all_within": True, "causes": [], "regret_max": -0.5,
+        "png": "p.png",
+    }  # fmt: skip
+
+
+def test_results_block_renders_from_the_json():
+    entry = {"name": "search_quality", "command": "python -m bench.search_quality --json", "exit": 0, "seconds": 1.0,
+             "result": small_report()}  # fmt: skip
+    text = run_all.render([entry])
+    assert (
+        "| 0.2 | 400 | 87.50 | 0 | 88.00 | -0.50 | 0.90 | 2 | 0.190 | 0.210 | +5.0% | 88.40 | -0.90 | ok | 87.50 |"
+        in text
+    )
+    assert "| 100 | 120 | 4 | 0.800 | 0.410 | -0.50 | -0.50 | 100% | -0.90 | 3.0 |" in text
+    assert "matches or dominates 75% of the K samples' measured front (12 points" in text
+    assert "B1 vs B2 over the K: 0.520" in text and ": yes; worst regret -0.50" in text
+    assert "search_quality" in run_all.BENCHMARKS and run_all.BENCHMARKS["search_quality"].on_request
