@@ -132,6 +132,11 @@ def prepare(cfg: QualityConfig) -> Context:
     folder = cfg.cache / f"{recipe_digest(recipe)}-{weights}"
     sets = image_sets(data, cfg.split_seed, cfg.calib_batches or recipe.pipeline.calib_batches)
     table_path, table = latency_table(net.space, recipe, cfg.cache, cfg.lut)
+    if table.space.resolutions != net.space.resolutions:
+        raise OFAError(
+            f"{table_path}: measured resolutions {list(table.space.resolutions)}; the K subnets need every one "
+            f"of the supernet's {list(net.space.resolutions)}"
+        )
     measurer = Measurer(net, weights, sets, folder / "measured.jsonl")
     truth = [subnet_arch(net.space, cfg.split_seed, TRUTH_OFFSET + i) for i in range(cfg.samples)]
     acc = measurer.measure(truth, ("b1", "b2"), "truth (K subnets on B1, B2)")
