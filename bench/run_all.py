@@ -293,6 +293,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             *("-m", "bench.search_quality", "--recipe", "digits", "--samples", "40", "--sizes", "20", "40"),
             *("--rerank", "4", "--front-points", "10", "--population", "20", "--generations", "20"),
             *("--lut", "latency_tables/digits_ort-cpu_t1_b1.yaml", "--cache", "runs/bench/search_quality_quick"),
+            *("--runs", "runs/bench/search_quality_quick/ps_runs"),
             *("--png", "runs/bench/search_quality_quick.png", "--json"),
         ],
         {"all_within": "every found subnet within the bar", "regret_max": "worst regret", "causes": "causes"},
