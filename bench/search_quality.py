@@ -186,7 +186,8 @@ def run(cfg: QualityConfig) -> dict[str, Any]:
     rows = [r for b in report["budgets"] for r in b["rows"]]
     report["all_within"] = all(r["within"] and r["within_latency"] for r in rows)
     report["regret_max"] = float(np.nanmax([r["regret"] for r in rows]))
-    report["causes"] = sorted({r["cause"] for r in rows} - {"ok"})
+    late = ["measured latency over budget + 10%"] if not all(r["within_latency"] for r in rows) else []
+    report["causes"] = sorted({r["cause"] for r in rows} - {"ok"}) + late
     report["png"] = str(plot_quality(ctx, report, cfg.png or DATA / f"search_quality_{ctx.recipe_path.stem}.png"))
     return report
 

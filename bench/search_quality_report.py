@@ -59,7 +59,7 @@ def curve_lines(report: dict[str, Any]) -> list[str]:
 def markdown(report: dict[str, Any]) -> list[str]:
     """The RESULTS.md block: setting, per-budget table, front share, learning curve, verdict."""
     img, front = report["images"], report["front"]
-    verdict = "yes" if report["all_within"] else f"no (causes: {', '.join(report['causes']) or 'latency'})"
+    verdict = "yes" if report["all_within"] else f"no (causes: {', '.join(report['causes'])})"
     return [
         f"Supernet {report['supernet']} (recipe digest {report['recipe_digest']}), table {report['table']} "
         f"(noise {_f(report['table_noise_pct'], '.1f')}%). K = {report['samples']} random subnets; validation "
