@@ -291,6 +291,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         "points, 1 SE) within budget + 10% measured latency, or its cause)",
         [
             *("-m", "bench.search_quality", "--recipe", "digits", "--samples", "40", "--sizes", "20", "40"),
+            *(f"--set=phases.{p}.epochs=1" for p in ("full", "kernel", "depth_1", "depth_2", "expand_1", "expand_2")),
+            *(f"--set=phases.{p}.warmup_epochs=0" for p in ("kernel", "depth_2", "expand_2")),
             *("--rerank", "4", "--front-points", "10", "--population", "20", "--generations", "20"),
             *("--lut", "latency_tables/digits_ort-cpu_t1_b1.yaml", "--cache", "runs/bench/search_quality_quick"),
             *("--runs", "runs/bench/search_quality_quick/ps_runs"),
