@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import DATA, ROOT, last_json
+from bench.search_quality_report import markdown as search_quality_markdown
 from ofa.lut.pack_readme import TOOLS
 from ofa.utils.io import write_json, write_text
 
@@ -280,6 +281,26 @@ BENCHMARKS: dict[str, Benchmark] = {
         ["--set", "data.train_subset=2000", "--set", "data.test_subset=1000"],
         "Fashion-MNIST: the same comparison on recipes/fashion_mnist.yaml",
     ),
+    "search_quality": Benchmark(
+        ["-m", "bench.search_quality", "--json"],
+        "Fashion-MNIST (recipes/fashion_mnist.yaml's supernet): does the search pick the right subnet? Per latency "
+        "budget (the pipeline's four) and search seed (3), the found subnet's true top-1 against the best of 1,000 "
+        "measured random subnets that fit (chosen on one validation quarter, scored on another; the predictor's "
+        "data on the other half), regret, rank, measured latency, a true-accuracy re-rank of the final population, "
+        "the front share; and the predictor's learning curve at 100-3,000 subnets (target: regret <= max(0.3 "
+        "points, 1 SE) within budget + 10% measured latency, or its cause)",
+        [
+            *("-m", "bench.search_quality", "--recipe", "digits", "--samples", "40", "--sizes", "20", "40"),
+            *(f"--set=phases.{p}.epochs=1" for p in ("full", "kernel", "depth_1", "depth_2", "expand_1", "expand_2")),
+            *(f"--set=phases.{p}.warmup_epochs=0" for p in ("kernel", "depth_2", "expand_2")),
+            *("--rerank", "4", "--front-points", "10", "--population", "20", "--generations", "20"),
+            *("--lut", "latency_tables/digits_ort-cpu_t1_b1.yaml", "--cache", "runs/bench/search_quality_quick"),
+            *("--runs", "runs/bench/search_quality_quick/ps_runs"),
+            *("--png", "runs/bench/search_quality_quick.png", "--json"),
+        ],
+        {"all_within": "every found subnet within the bar", "regret_max": "worst regret", "causes": "causes"},
+        on_request=True,
+    ),
     "critical_batch": critical_batch_bench(
         "recipes/digits.yaml",
         ["--lr-factors", "0.25", "0.5", "1", "2", "4"],
@@ -401,6 +422,8 @@ def render(runs: list[dict]) -> str:
             lines.append(f"(skipped: {run['result']['skipped']})")
         elif "ps_seconds" in run["result"]:  # the PS-vs-scratch report
             lines += _ps_table(run["result"])
+        elif "learning_curve" in run["result"]:  # the search-quality report
+            lines += search_quality_markdown(run["result"])
         elif run["result"]:
             lines += ["| figure | value |", "|---|---|"]
             lines += [f"| {k} | {_cell(v)} |" for k, v in run["result"].items()]
