@@ -19,6 +19,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 GAIN_FLOOR = 0.3  # top-1 points a doubling must gain (at least) to count as gaining
 SE_MULTIPLE = 2.0  # ... and more than this many standard errors of the gain
@@ -177,3 +178,13 @@ def compute_matched_total(passes: int) -> int:
     """The total epochs whose `paper_split` makes ``passes`` subnet passes per image, or the nearest (ties: fewer)."""
     start = sum(2 if warm else 1 for _, warm, *_ in PAPER_ORDER)
     return min(range(start, 4 * passes + start), key=lambda t: (abs(paper_passes(paper_split(t)) - passes), t))
+
+
+def ladder_text(twin: Mapping[str, Any]) -> str:
+    """A twin's doublings as ``START->END +GAIN (bar THRESHOLD) VERDICT; ...``, VERDICT gains, stop or sensitivity."""
+    parts = []
+    for g in twin["gains"]:
+        sens = twin["sensitivity"] and g["start"] == twin["sensitivity"]["start"]
+        verdict = "sensitivity" if sens else ("gains" if g["gains"] else "stop")
+        parts.append(f"{g['start']}->{g['end']} {g['mean']:+.2f} (bar {g['threshold']:.2f}) {verdict}")
+    return "; ".join(parts) or "no ladder"

@@ -485,16 +485,6 @@ def report(b: Bench) -> dict[str, Any]:
     }
 
 
-def ladder_text(twin: dict[str, Any]) -> str:
-    """``20->40 +1.10 (bar 0.45) gains; 40->80 +0.02 (bar 0.30) stop; 80->160 -0.20 (bar 0.30) sensitivity``."""
-    parts = []
-    for g in twin["gains"]:
-        sens = twin["sensitivity"] and g["start"] == twin["sensitivity"]["start"]
-        verdict = "sensitivity" if sens else ("gains" if g["gains"] else "stop")
-        parts.append(f"{g['start']}->{g['end']} {g['mean']:+.2f} (bar {g['threshold']:.2f}) {verdict}")
-    return "; ".join(parts) or "no ladder"
-
-
 def print_report(r: dict[str, Any]) -> None:
     print(
         f"{r['recipe']}: {r['train_images']} train / {r['val_images']} validation / {r['test_images']} test images, "
@@ -513,7 +503,7 @@ def print_report(r: dict[str, Any]) -> None:
             f"{t['best_epochs']:>5} {t['bar_val']:>6.2f} {t['bar_test']:>7.2f} {row['delta_val']:>+6.2f} "
             f"{row['delta_test']:>+6.2f}"
         )
-        print(f"          ladder: {ladder_text(t)}")
+        print(f"          ladder: {rules.ladder_text(t)}")
     basis = r["budget_basis"]
     print(
         f"PS: {r['ps_cpu_seconds']:.0f} CPU s ({r['ps_seconds']:.0f} wall s), {r['ps_train_images']:,} subnet-images; "
