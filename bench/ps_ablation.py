@@ -18,12 +18,13 @@ validation top-1 over the 8 subnets wins. ``--render`` writes the tables into
 ``docs/progressive_shrinking.md`` between their markers from the cached runs, never from typed figures.
 
     python -m bench.ps_ablation [--recipe fashion] [--seeds 0 1] [--scratch-epochs 20] [--set K=V ...]
-        [--worker i/n] [--threads 1] [--plan] [--render] [--json]
+        [--full-doublings 3] [--worker i/n] [--threads 1] [--plan] [--render] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -59,8 +60,12 @@ SCHEDULES = {
 class Ablation:
     """The schedules of one recipe and the runs behind them (a `bench.ps_vs_scratch` bench for subnets and twins)."""
 
-    def __init__(self, cfg: ps.BenchConfig) -> None:
-        self.bench = b = ps.Bench(cfg)
+    def __init__(self, cfg: ps.BenchConfig, full_doublings: int = rules.MAX_DOUBLINGS) -> None:
+        b = ps.Bench(cfg)
+        if cfg.scratch_epochs is None:  # the twins' E: the full network's epochs, as bench.ps_vs_scratch is run
+            cfg = dataclasses.replace(cfg, scratch_epochs=b.recipe.phases[0].total_epochs)
+            b = ps.Bench(cfg)
+        self.bench = b
         self.cfg, self.cache = cfg, cfg.cache
         names = [p.name for p in b.recipe.phases]
         if names[0] != "full" or len(names) < 2:
@@ -68,6 +73,7 @@ class Ablation:
         self.full_epochs = b.recipe.phases[0].total_epochs
         self.raw = b.recipe.training_dict()
         self.largest = {"largest": b.recipe.space.max_arch()}
+        self.full_doublings = full_doublings
 
     # -------------------------------------------------------------- the full network
     def full_raw(self, seed: int, epochs: int) -> dict[str, Any]:
@@ -95,7 +101,7 @@ class Ablation:
         records: dict[int, dict[int, dict[str, Any]]] = {}
         while True:
             val = {e: [r["val_top1"]["largest"] for r in by_seed.values()] for e, by_seed in records.items()}
-            state = rules.ladder(self.full_epochs, val, len(self.cfg.seeds), self.cfg.doublings)
+            state = rules.ladder(self.full_epochs, val, len(self.cfg.seeds), self.full_doublings)
             new = [e for e in state.levels if e not in records]
             if not new:
                 return state, records
@@ -369,8 +375,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recipe", default="fashion", help="digits, fashion, or a recipe path")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe value")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    p.add_argument("--scratch-epochs", type=int, help="E of the twins compared with (as given to ps_vs_scratch)")
-    p.add_argument("--doublings", type=int, default=rules.MAX_DOUBLINGS, help="most doublings of the full ladder")
+    p.add_argument("--scratch-epochs", type=int, help="E of the twins compared with (default: the full phase's)")
+    p.add_argument(
+        "--full-doublings", type=int, default=rules.MAX_DOUBLINGS, help="most doublings of the full network's ladder"
+    )
     p.add_argument("--cache", type=Path, default=ps.DEFAULT_CACHE)
     p.add_argument("--worker", default="0/1", metavar="I/N", help="worker I of N processes sharing the runs")
     p.add_argument("--threads", type=int, help="torch threads of this process")
@@ -378,8 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--render", action="store_true", help="run nothing: write the docs tables from the cache")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     a = p.parse_args(argv)
-    if len(set(a.seeds)) != len(a.seeds) or len(a.seeds) < rules.MIN_SEEDS or a.doublings < 0:
-        p.error(f"need >= {rules.MIN_SEEDS} distinct seeds and --doublings >= 0")
+    if len(set(a.seeds)) != len(a.seeds) or len(a.seeds) < rules.MIN_SEEDS or a.full_doublings < 0:
+        p.error(f"need >= {rules.MIN_SEEDS} distinct seeds and --full-doublings >= 0")
     try:
         worker = parse_worker(a.worker)
     except ValueError as exc:
@@ -391,7 +399,6 @@ def main(argv: list[str] | None = None) -> int:
         overrides=tuple(a.set),
         seeds=tuple(a.seeds),
         scratch_epochs=a.scratch_epochs,
-        doublings=a.doublings,
         cache=a.cache,
     )
     try:
@@ -399,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             print(f"ps_ablation: skipped: {why}")
             return 0
-        ablation = Ablation(cfg)
+        ablation = Ablation(cfg, a.full_doublings)
         claims = cfg.cache / "claims"
         if a.plan:
             print("\n".join(plan_text(plan(ablation), claims)))

@@ -278,7 +278,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "ps_vs_scratch_fashion": ps_bench(
         "fashion",
-        ["--scratch-epochs", "20"],
+        ["--scratch-epochs", "20", "--doublings", "3"],
         ["--set", "data.train_subset=2000", "--set", "data.val_size=1000", "--set", "data.test_subset=1000"],
         "Fashion-MNIST (recipes/fashion_mnist.yaml): validation and test top-1 of 8 subnets (smallest, middle, "
         "largest, 5 random), progressive shrinking vs the same subnet trained from scratch, every choice on the "
@@ -389,13 +389,31 @@ def _ps_table(result: dict) -> list[str]:
 
 
 def _ps_table_before_31(result: dict) -> list[str]:
-    """A stale entry of the earlier report (test only, chosen on test), kept until its rerun replaces it."""
-    lines = ["| subnet | MMACs | PS top-1 | scratch top-1 | PS − best scratch |", "|---|---|---|---|---|"]
+    """A stale entry of the report before issue 31 (test only, chosen on test), kept until a rerun replaces it."""
+    lines = [
+        "| subnet | MMACs | PS top-1 | scratch top-1 | PS − scratch | scratch lr | scratch, longer (epochs) | "
+        "PS − best scratch |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in result["subnets"].items():
+        s = r["scratch"]
+        longer = ", ".join(f"{v:.2f} ({k})" for k, v in s.get("longer", {}).items()) or "not run"
         lines.append(
-            f"| {name} | {r['macs'] / 1e6:.2f} | {r['ps_top1']:.2f} | {r['scratch']['test_top1']:.2f} | "
-            f"{r['delta_bar']:+.2f} |"
+            f"| {name} | {r['macs'] / 1e6:.2f} | {r['ps_top1']:.2f} | {s['test_top1']:.2f} | "
+            f"{r['delta']:+.2f} | {s['lr']:g} | {longer} | {r['delta_bar']:+.2f} |"
         )
+    largest, basis = result["subnets"]["largest"]["scratch"], result["budget_basis"]
+    lines += [
+        "",
+        f"{result['train_images']} training / {result['test_images']} test images, seeds {result['seeds']}. "
+        f"PS run {result['ps_seconds']:.0f} s ({result['ps_train_images']:,} subnet-images); largest subnet "
+        f"from scratch at its converged epoch count ({basis['epochs']}) {basis['seconds']:.0f} s "
+        f"({largest['train_images'] // largest['epochs'] * basis['epochs']:,} images); PS / scratch-largest "
+        f"{result['ps_seconds'] / basis['seconds']:.2f} (budget 4; in CPU time {_cell(result['cpu_ratio'])}). "
+        "Within 0.5 points of the best twin "
+        f"everywhere: {'yes' if result['within_target'] else 'no'}; scratch converged: "
+        f"{'yes' if result['scratch_converged'] else 'no'}.",
+    ]
     return lines
 
 

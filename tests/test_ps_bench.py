@@ -99,8 +99,9 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
     doc = f"intro\n{ps_ablation.SCHEDULES_BEGIN}\nold\n{ps_ablation.SCHEDULES_END}\noutro\n"
     (tmp_path / "page.md").write_text(doc)
     cache = tmp_path / "cache"
-    argv = ["--recipe", str(TINY_RECIPE), "--set", "phases.depth.epochs=7", "--set", "data.synthetic.train_size=64"]
-    argv += ["--doublings", "0", "--cache", str(cache), "--json"]
+    argv = ["--recipe", str(TINY_RECIPE), "--set", "data.synthetic.train_size=64", "--set", "checkpoint.every_steps=0"]
+    argv += ["--set", "phases.depth.epochs=7", "--set", "phases.depth.subnets_per_step=4"]  # 8 epochs, 30 passes
+    argv += ["--full-doublings", "0", "--cache", str(cache), "--json"]
     assert ps_ablation.main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert list(result["schedules"]) == list(ps_ablation.SCHEDULES) and result["full_ladder_done"]
@@ -108,7 +109,7 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
     assert [len(s["seeds"]) for s in result["schedules"].values()] == [2, 2, 2, 2]
     epochs = [sum(int(p.split()[1].split("x")[0]) for p in s["phases"]) for s in (one, equal)]
     assert epochs == [8, 8] and [p.split()[0] for p in equal["phases"]][::2] == ["kernel", "depth_2", "expand_2"]
-    assert abs(matched["passes"] - one["passes"]) <= 2  # compute-matched: the same subnet passes
+    assert matched["passes"] == one["passes"] == 30 and equal["passes"] < 30  # compute-matched: the same passes
     assert result["winner_on_val"] == max(result["schedules"], key=lambda n: result["schedules"][n]["mean_val"])
     full_runs = [p for p in cache.glob("ps-*") if "phases:\n- name: full" in (p / "recipe.yaml").read_text()]
     assert len(full_runs) == 2  # one full network per seed, shared by the four schedules
