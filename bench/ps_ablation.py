@@ -227,15 +227,19 @@ def report(a: Ablation) -> dict[str, Any]:
     schedules = {}
     for name in SCHEDULES:
         runs = [r for s in a.cfg.seeds if (r := a.schedule_record(name, s)) is not None]
-        if not runs:
-            continue
-        starts = [a.full_record(r["seed"], a.full_epochs)["cpu_seconds"] for r in runs]
-        row = {
+        shape = {
             "seeds": [r["seed"] for r in runs],
             "phases": [
                 f"{p['name']} {p['epochs'] + p['warmup_epochs']}x{p['subnets_per_step']}" for p in a.phases(name)
             ],
             "passes": a.schedule_job(name, a.cfg.seeds[0]).passes,
+        }
+        if not runs:  # not run yet: its phases only
+            schedules[name] = shape
+            continue
+        starts = [a.full_record(r["seed"], a.full_epochs)["cpu_seconds"] for r in runs]
+        row = {
+            **shape,
             "cpu_seconds": statistics.mean(r["cpu_seconds"] + c for r, c in zip(runs, starts, strict=True)),
             "subnets": {
                 n: {f"{s}_top1": statistics.mean(r[f"{s}_top1"][n] for r in runs) for s in ps.SPLITS}
@@ -246,7 +250,7 @@ def report(a: Ablation) -> dict[str, Any]:
         if all(twins.values()):
             row["min_delta_test"] = min(v["test_top1"] - twins[n]["bar_test"] for n, v in row["subnets"].items())
         schedules[name] = row
-    complete = {n: r for n, r in schedules.items() if len(r["seeds"]) == len(a.cfg.seeds)}
+    complete = {n: r for n, r in schedules.items() if len(r["seeds"]) == len(a.cfg.seeds)}  # every seed run
     return {
         "recipe": str(a.bench.path),
         "seeds": list(a.cfg.seeds),
@@ -291,17 +295,18 @@ def render(r: dict[str, Any]) -> str:
     head = " | ".join(f"{n} val / test" for n in SHOWN)
     lines += [
         f"| schedule | what | phases (epochs × subnets/step) | passes/image | CPU s (full + schedule) | seeds | "
-        f"mean val of {len(next(iter(r['schedules'].values()))['subnets']) if r['schedules'] else 8} | {head} | "
+        f"mean val of the 8 | {head} | "
         "worst test Δ vs best twin |",
         "|---|---|---|---|---|---|---|" + "---|" * len(SHOWN) + "---|",
     ]
     for name, s in r["schedules"].items():
+        what = f"| {name} | {SCHEDULES[name]} | {', '.join(s['phases'])} | {s['passes']} |"
+        if not s["seeds"]:
+            lines.append(f"{what} not run | 0 |" + " |" * (len(SHOWN) + 2))
+            continue
         delta = f"{s['min_delta_test']:+.2f}" if "min_delta_test" in s else "twins pending"
         cells = " | ".join(_vt(s["subnets"][n]) for n in SHOWN)
-        lines.append(
-            f"| {name} | {SCHEDULES[name]} | {', '.join(s['phases'])} | {s['passes']} | {s['cpu_seconds']:.0f} | "
-            f"{len(s['seeds'])} | {s['mean_val']:.2f} | {cells} | {delta} |"
-        )
+        lines.append(f"{what} {s['cpu_seconds']:.0f} | {len(s['seeds'])} | {s['mean_val']:.2f} | {cells} | {delta} |")
     winner = r["winner_on_val"]
     lines += ["", f"Best on validation (mean of the 8 subnets): {winner or 'not every schedule has every seed yet'}."]
     return "\n".join(lines)
