@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from bench import ps_rules as rules
+from bench import ps_runs
 from bench import ps_vs_scratch as ps
 from bench.common import DATA, ROOT
 from bench.ps_jobs import Job, Plan, parse_worker, plan_text, work
@@ -81,10 +82,10 @@ class Ablation:
         return {**self.raw, "seed": seed, "phases": [full], "distill": {**self.raw["distill"], "teacher": "none"}}
 
     def full_key(self, seed: int, epochs: int) -> str:
-        return ps.digest(self.full_raw(seed, epochs))
+        return ps_runs.digest(self.full_raw(seed, epochs))
 
     def full_record(self, seed: int, epochs: int) -> dict[str, Any] | None:
-        return ps.read_cached(ps.ps_eval_path(self.cache, self.full_key(seed, epochs), self.largest))
+        return ps_runs.read_cached(ps_runs.ps_eval_path(self.cache, self.full_key(seed, epochs), self.largest))
 
     def full_job(self, seed: int, epochs: int) -> Job:
         recipe = recipe_from_dict(self.full_raw(seed, epochs), f"{self.bench.path} (full network)")
@@ -94,7 +95,7 @@ class Ablation:
             f"full network {epochs} epochs seed {seed}",
             epochs,
             epochs,
-            lambda: ps.ps_run(recipe, self.largest, self.bench.data, self.cache),
+            lambda: ps_runs.ps_run(recipe, self.largest, self.bench.data, self.cache),
         )
 
     def full_ladder(self) -> tuple[rules.Ladder, dict[int, dict[int, dict[str, Any]]]]:
@@ -132,10 +133,10 @@ class Ablation:
 
     def schedule_key(self, name: str, seed: int) -> str:
         """The run's digest, naming its starting supernet by the full run's digest (not by a path on this machine)."""
-        return ps.digest(self.schedule_raw(name, seed, f"ps-{self.full_key(seed, self.full_epochs)}"))
+        return ps_runs.digest(self.schedule_raw(name, seed, f"ps-{self.full_key(seed, self.full_epochs)}"))
 
     def schedule_record(self, name: str, seed: int) -> dict[str, Any] | None:
-        return ps.read_cached(ps.ps_eval_path(self.cache, self.schedule_key(name, seed), self.bench.subnets))
+        return ps_runs.read_cached(ps_runs.ps_eval_path(self.cache, self.schedule_key(name, seed), self.bench.subnets))
 
     def schedule_job(self, name: str, seed: int) -> Job:
         phases = self.phases(name)
@@ -144,7 +145,7 @@ class Ablation:
         def run() -> dict[str, Any]:
             start = self.cache / f"ps-{self.full_key(seed, self.full_epochs)}" / "supernet.pt"
             recipe = recipe_from_dict(self.schedule_raw(name, seed, str(start)), f"{self.bench.path} ({name})")
-            return ps.ps_run(recipe, self.bench.subnets, self.bench.data, self.cache, key=key)
+            return ps_runs.ps_run(recipe, self.bench.subnets, self.bench.data, self.cache, key=key)
 
         return Job(
             f"schedule-{key}",
@@ -217,7 +218,7 @@ def report(a: Ablation) -> dict[str, Any]:
     full = {
         str(e): {
             "seeds": sorted(by_seed),
-            **{f"{s}_top1": _mean([r[f"{s}_top1"]["largest"] for r in by_seed.values()]) for s in ps.SPLITS},
+            **{f"{s}_top1": _mean([r[f"{s}_top1"]["largest"] for r in by_seed.values()]) for s in ps_runs.SPLITS},
             "cpu_seconds": _mean([r["cpu_seconds"] for r in by_seed.values()]),
         }
         for e, by_seed in records.items()
@@ -242,7 +243,7 @@ def report(a: Ablation) -> dict[str, Any]:
             **shape,
             "cpu_seconds": statistics.mean(r["cpu_seconds"] + c for r, c in zip(runs, starts, strict=True)),
             "subnets": {
-                n: {f"{s}_top1": statistics.mean(r[f"{s}_top1"][n] for r in runs) for s in ps.SPLITS}
+                n: {f"{s}_top1": statistics.mean(r[f"{s}_top1"][n] for r in runs) for s in ps_runs.SPLITS}
                 for n in a.bench.subnets
             },
         }
