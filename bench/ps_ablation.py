@@ -14,8 +14,9 @@ The full network is judged converged by the twins' rule: its ladder (recipe's fu
 every seed) stops at the first doubling whose validation gain is not above max(0.3, 2 x SE). Each
 schedule is evaluated on the 8 subnets of `bench.ps_vs_scratch` (validation and test) and compared
 with their best twins from its cache where those are decided; the schedule with the best mean
-validation top-1 over the 8 subnets wins. ``--render`` writes the tables into
-``docs/progressive_shrinking.md`` between their markers from the cached runs, never from typed figures.
+validation top-1 over the 8 subnets wins. A run prints the tables; ``--render`` runs nothing and
+writes them into ``docs/progressive_shrinking.md`` between their markers from the cached runs, never
+from typed figures.
 
     python -m bench.ps_ablation [--recipe fashion] [--seeds 0 1] [--scratch-epochs 20] [--set K=V ...]
         [--full-doublings 3] [--worker i/n] [--threads 1] [--plan] [--render] [--json]
@@ -389,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker", default="0/1", metavar="I/N", help="worker I of N processes sharing the runs")
     p.add_argument("--threads", type=int, help="torch threads of this process")
     p.add_argument("--plan", action="store_true", help="print the pending runs and what waits, run nothing")
-    p.add_argument("--render", action="store_true", help="run nothing: write the docs tables from the cache")
+    p.add_argument("--render", action="store_true", help="run nothing: write the tables into the docs from the cache")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     a = p.parse_args(argv)
     if len(set(a.seeds)) != len(a.seeds) or len(a.seeds) < rules.MIN_SEEDS or a.full_doublings < 0:
@@ -417,11 +418,12 @@ def main(argv: list[str] | None = None) -> int:
         if a.plan:
             print("\n".join(plan_text(plan(ablation), claims)))
             return 0
-        if not a.render:
+        if not a.render:  # a run prints its tables; only --render writes them into the docs
             cfg.cache.mkdir(parents=True, exist_ok=True)
             work(partial(plan, ablation), claims, *worker)
         result = report(ablation)
-        write_doc(result)
+        if a.render:
+            write_doc(result)
     except OFAError as exc:
         print(f"ps_ablation: error: {exc}", file=sys.stderr)
         return 2

@@ -117,6 +117,8 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
     for run in schedules:  # each starts from its seed's full network: frozen (init) or in-place teacher
         recipe = (run / "recipe.yaml").read_text()
         assert "supernet: " + str(cache) in recipe and ("teacher: init" in recipe or "teacher: inplace" in recipe)
+    assert (tmp_path / "page.md").read_text() == doc  # a run prints its tables, only --render writes them
+    assert ps_ablation.main([*argv, "--render"]) == 0
     page = (tmp_path / "page.md").read_text()
     assert page.startswith("intro\n") and page.endswith("outro\n") and "\nold\n" not in page
     row = next(line for line in page.splitlines() if line.startswith("| one_phase |"))
