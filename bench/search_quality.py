@@ -56,7 +56,8 @@ from bench.search_quality_report import plot_quality, print_report
 from bench.search_quality_runs import Context, budget_figures, learning_point
 from ofa.data.config import missing_dataset
 from ofa.data.datasets import data_from_meta
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Supernet
+from ofa.families.registry import load_supernet
 from ofa.pipeline import TARGET_FRACTIONS
 from ofa.train.recipe import load_recipe
 from ofa.utils.config import apply_overrides
@@ -94,7 +95,7 @@ def recipe_path(cfg: QualityConfig) -> Path:
 
 
 def collect_predictor_data(
-    net: OFAMobileNetV3, sets: ImageSets, folder: Path, cfg: QualityConfig
+    net: Supernet, sets: ImageSets, folder: Path, cfg: QualityConfig
 ) -> tuple[AccuracyData, float]:
     """The predictor's data on half A (`collect`, grown size by size), and its CPU seconds per subnet
     (kept in ``predictor_cost.json`` beside it, so a resumed collection still knows its cost)."""
@@ -126,7 +127,7 @@ def prepare(cfg: QualityConfig) -> Context:
     """Supernet, image sets, table, the K truth subnets measured on B1/B2, and the predictor's data."""
     recipe = load_recipe(recipe_path(cfg), cfg.overrides)
     path = supernet_path(recipe, cfg.runs)
-    net = OFAMobileNetV3.load(path)
+    net = load_supernet(path)
     data = data_from_meta(net.meta)
     weights = weights_digest(net)
     folder = cfg.cache / f"{recipe_digest(recipe)}-{weights}"

@@ -25,12 +25,12 @@ from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 from bench.common import DATA, ROOT
+from bench.ps_runs import recipe_digest
 from ofa.data.datasets import DataBundle
 from ofa.data.loaders import make_loader
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.encoding import GeneLayout
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.family import Arch, Space, Supernet
+from ofa.families.genes import GeneLayoutBase
+from ofa.families.registry import layout_of
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.layer_models import subnet_runners
 from ofa.lut.timing import Standalone, protocol_from_dict, time_models
@@ -46,11 +46,6 @@ PS_RUNS = DATA / "ps_runs"  # where bench.ps_vs_scratch keeps its supernet runs,
 OWN_RUNS = ROOT / "runs" / "bench"  # a supernet trained here because the PS folder keeps only records
 BATCH = 100  # images per batch, recalibration and evaluation (the collection's default)
 TIMED_AT_ONCE = 8  # whole subnets loaded together for timing (as `ofa lut check` bounds its memory)
-
-
-def recipe_digest(recipe: Recipe) -> str:
-    """The key of a supernet run (``bench.ps_vs_scratch``'s: the recipe's training sections)."""
-    return hashlib.sha256(json.dumps(recipe.training_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def supernet_path(recipe: Recipe, runs: Path = PS_RUNS, own: Path = OWN_RUNS) -> Path:
@@ -99,7 +94,7 @@ def image_sets(data: DataBundle, seed: int, calib_batches: int) -> ImageSets:
     )
 
 
-def arch_key(layout: GeneLayout, arch: Arch) -> str:
+def arch_key(layout: GeneLayoutBase, arch: Arch) -> str:
     """One key per distinct subnet (unused block slots do not count)."""
     return json.dumps(layout.decode(layout.canonical(layout.encode(arch))[0]).to_dict(), sort_keys=True)
 
@@ -108,9 +103,9 @@ class Measurer:
     """Top-1 of subnets on the image sets, each (subnet, set) measured once: JSON lines in ``path`` keyed
     by arch and supernet weights, appended as they are measured, so an interrupted run resumes."""
 
-    def __init__(self, net: OFAMobileNetV3, weights: str, sets: ImageSets, path: Path) -> None:
+    def __init__(self, net: Supernet, weights: str, sets: ImageSets, path: Path) -> None:
         self.net, self.weights, self.sets, self.path = net.eval(), weights, sets, path
-        self.layout = GeneLayout.of(net.space)
+        self.layout = layout_of(net.space)
         self.known: dict[tuple[str, str], dict[str, Any]] = {}
         if path.is_file():
             text = path.read_text()
@@ -159,7 +154,7 @@ class Measurer:
 
 
 # ------------------------------------------------------------------------------ latency
-def latency_table(space: SearchSpace, recipe: Recipe, cache: Path, given: Path | None) -> tuple[Path, LatencyTable]:
+def latency_table(space: Space, recipe: Recipe, cache: Path, given: Path | None) -> tuple[Path, LatencyTable]:
     """The given table, else the one `ofa pipeline` would build on this machine for ``space`` (its backend,
     protocol and noise settings), built once and kept in ``cache`` under the space and this CPU."""
     if given is not None:
@@ -182,7 +177,7 @@ def measured_latency(table: LatencyTable, archs: Sequence[Arch], cache: Path) ->
     timings are kept in ``cache`` (JSON) by arch and this CPU."""
     path = cache / "measured_latency.json"
     known = json.loads(path.read_text()) if path.is_file() else {}
-    layout, cpu = GeneLayout.of(table.space), str(runtime_info(table.meta["backend"])["cpu"])
+    layout, cpu = layout_of(table.space), str(runtime_info(table.meta["backend"])["cpu"])
     keys = [f"{cpu}|{arch_key(layout, a)}" for a in archs]
     todo = list({k: a for k, a in zip(keys, archs) if k not in known}.items())
     meta = table.meta

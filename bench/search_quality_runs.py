@@ -22,9 +22,8 @@ from bench.search_quality_metrics import (
     standard_error,
     within_bar,
 )
-from ofa.families.mbv3.arch import Arch
-from ofa.families.mbv3.encoding import GeneLayout
-from ofa.families.mbv3.space import SearchSpace
+from ofa.families.family import Arch, Space
+from ofa.families.registry import layout_of
 from search.evolution import Limit, evolve, unique_rows
 from search.find import search_device
 from search.latency import LatencyTable
@@ -46,7 +45,7 @@ class Context:
     recipe_path: Path
     recipe_key: str
     supernet: Path
-    space: SearchSpace
+    space: Space
     table_path: Path
     table: LatencyTable
     measurer: Measurer
@@ -85,7 +84,7 @@ def found_row(
     if best is None:
         return {"seed": seed, "budget_ms": budget, "top1": top1, "fit": 0, "regret": float("nan"), "within": True,
                 "cause": "no sample fits", "arch": arch.to_dict()}  # fmt: skip
-    layout = GeneLayout.of(ctx.space)
+    layout = layout_of(ctx.space)
     predicted_best = float(predictor.predict_batch(layout.encode_many([ctx.truth[best.index]]))[0])
     regret, se = best.top1 - top1, ctx.se(top1)
     return {
@@ -112,7 +111,7 @@ def rerank_pool(ctx: Context, predictor: AccuracyPredictor, seed: int, budget: f
     limits = [Limit("latency_ms", budget, table, "latency target")]
     rng = np.random.default_rng([seed, round(budget * 1e6)])
     evo = evolve(table.space, predictor, limits, ctx.cfg.evolution, rng)
-    layout = GeneLayout.of(table.space)
+    layout = layout_of(table.space)
     rows = layout.canonical(evo.rows)
     keep = unique_rows(rows)
     order = keep[np.argsort(-evo.top1[keep], kind="stable")]
@@ -142,7 +141,7 @@ def rerank(ctx: Context, predictor: AccuracyPredictor, row: dict[str, Any], foun
 def front_figures(ctx: Context, result: SearchResult, seed: int) -> dict[str, Any]:
     """Up to ``front_points`` of the search's front (evenly along it) scored on B2, and the share of the
     K samples' measured front (chosen on B1, scored on B2) they match or dominate (also within one SE)."""
-    front, layout = result.front, GeneLayout.of(result.space)
+    front, layout = result.front, layout_of(result.space)
     idx = np.unique(np.linspace(0, len(front) - 1, min(len(front), ctx.cfg.front_points)).round().astype(int))
     archs = [layout.decode(front.rows[i]) for i in idx]
     latency = front.latency_ms[idx]
@@ -166,7 +165,7 @@ def fit(ctx: Context, n: int) -> tuple[AccuracyPredictor, dict[str, Any]]:
     cpu = time.process_time()
     result = fit_predictor(first(ctx.predictor_data, n), FitConfig(seed=0))
     fit_cpu = time.process_time() - cpu
-    predicted = result.predictor.predict_batch(GeneLayout.of(ctx.space).encode_many(ctx.truth))
+    predicted = result.predictor.predict_batch(layout_of(ctx.space).encode_many(ctx.truth))
     report = result.report
     return result.predictor, {
         "size": n,

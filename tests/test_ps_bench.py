@@ -1,69 +1,84 @@
-"""`bench.ps_vs_scratch`: both sides with their cost, cached runs reused on a rerun, missing data skipped."""
+"""`bench.ps_vs_scratch` and `bench.ps_ablation`: choices on validation, both splits reported, cached runs reused."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import TINY_RECIPE
 
 from bench import ps_ablation, ps_vs_scratch, run_all
+from bench import ps_rules as rules
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_bench_reports_both_sides_and_reuses_finished_runs(tmp_path, capsys):
-    argv = [
-        "--recipe",
-        str(TINY_RECIPE),
-        "--seeds",
-        "0",
-        "1",
-        "--random",
-        "1",
-        "--scratch-epochs",
-        "2",
-        "--lr-factors",
-        "0.5",
-        "1",
-        "--cache",
-        str(tmp_path),
-        "--json",
-    ]
-    assert ps_vs_scratch.main(argv) == 0
+def _factor(lr: float) -> float:
+    return round(lr / 0.1, 6)  # the tiny recipe's first phase runs at 0.1, the grid's centre
+
+
+def test_bench_decides_on_validation_reports_both_splits_and_reuses_finished_runs(tmp_path, capsys):
+    argv = ["--recipe", str(TINY_RECIPE), "--seeds", "0", "1", "--random", "1", "--scratch-epochs", "2"]
+    argv += ["--lr-factors", "0.5", "1", "--lr-extensions", "1", "--doublings", "1", "--cache", str(tmp_path)]
+    assert ps_vs_scratch.main([*argv, "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(report["subnets"]) == {"smallest", "middle", "largest", "random_1"}
+    assert report["val_images"] == 16 and report["test_images"] == 64
     for row in report["subnets"].values():
-        scratch = row["scratch"]
-        assert len(row["ps_seeds"]) == 2 and len(scratch["seeds"]) == 2 and set(scratch["grid"]) == {"0.05", "0.1"}
-        assert abs(row["delta"] - (row["ps_top1"] - scratch["test_top1"])) < 1e-9
-        assert scratch["seconds"] > 0 and scratch["train_images"] == 2 * (report["train_images"] // 16) * 16
-        longer = scratch["longer"]  # the convergence ladder: 4 epochs, then 8 only if 4 gained > 0.3 points
-        assert list(longer)[:1] == ["4"] and scratch["test_top1_2x"] == longer["4"] and len(longer) <= 2
-        assert ("8" in longer) == (longer["4"] - scratch["seeds"][0] > 0.3)
-        assert scratch["bar"] == max(scratch["test_top1"], *longer.values())
-        assert abs(row["delta_bar"] - (row["ps_top1"] - scratch["bar"])) < 1e-9
-    assert report["within_target"] == all(r["delta_bar"] >= -0.5 for r in report["subnets"].values())
-    macs = {n: r["macs"] for n, r in report["subnets"].items()}
-    assert macs["smallest"] <= macs["middle"] <= macs["largest"]
-    assert report["ps_seconds"] > 0 and report["ps_train_images"] > report["train_images"]
-    largest, basis = report["subnets"]["largest"]["scratch"], report["budget_basis"]
-    # the budget divides by the largest twin's run at its converged epoch count (or its longest run)
-    expected = largest["converged_epochs"] or max(map(int, largest["longer"]))
-    assert basis["epochs"] == expected
-    assert basis["seconds"] == (largest["seconds"] if expected == 2 else largest["longer_cost"][str(expected)][0])
-    assert report["within_budget"] == (report["ps_seconds"] <= 4 * basis["seconds"])
-    # 2 supernets + (2 grid + 1 other seed + the longer runs) x 4 subnets, each cached as JSON
-    cached = sorted(tmp_path.rglob("*.json"))
-    assert len(cached) == 2 + sum(3 + len(r["scratch"]["longer"]) for r in report["subnets"].values())
-    stamps = {p: p.stat().st_mtime_ns for p in cached}
-    assert ps_vs_scratch.main(argv) == 0  # a rerun trains nothing and reports the same figures
+        twin = row["twin"]
+        grid = rules.lr_grid({_factor(float(lr)): v for lr, v in twin["grid"].items()}, (0.5, 1.0), 1)
+        assert grid.pending == () and _factor(twin["lr"]) == grid.best and twin["lr_at_edge"] == grid.at_edge
+        assert set(twin["levels"]) == {"2", "4"} and len(twin["gains"]) == 1  # one doubling, both seeds
+        val = {int(e): level["val_seeds"] for e, level in twin["levels"].items()}
+        assert twin["gains"][0]["gains"] == rules.doubling_gain(2, 4, val[2], val[4]).gains
+        assert twin["converged_epochs"] == (None if twin["gains"][0]["gains"] else 2)
+        assert twin["best_epochs"] == rules.best_level(val, [2, 4])
+        assert twin["bar_test"] == twin["levels"][str(twin["best_epochs"])]["test_top1"]
+        assert len(row["ps_val_seeds"]) == len(row["ps_test_seeds"]) == 2
+        assert abs(row["delta_test"] - (row["ps_test"] - twin["bar_test"])) < 1e-9
+        assert abs(row["delta_val"] - (row["ps_val"] - twin["bar_val"])) < 1e-9
+    assert report["within_target"] == all(r["delta_test"] >= -0.5 for r in report["subnets"].values())
+    largest, basis = report["subnets"]["largest"]["twin"], report["budget_basis"]
+    assert basis["epochs"] == (largest["converged_epochs"] or 4)  # converged, or the longest run: a lower bound
+    assert basis["cpu_seconds"] == largest["levels"][str(basis["epochs"])]["cpu_seconds"] > 0
+    assert report["cpu_ratio"] == report["ps_cpu_seconds"] / basis["cpu_seconds"]
+    assert report["within_budget"] == (report["cpu_ratio"] <= 4)
+    # 2 supernets + per twin: its grid (first seed) + the other seed at E + both seeds at 2E
+    scratch = sorted(tmp_path.glob("scratch-*.json"))
+    assert len(scratch) == sum(len(r["twin"]["grid"]) + 3 for r in report["subnets"].values())
+    assert len(list(tmp_path.glob("ps-*/eval-*.json"))) == 2
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")}
+    assert ps_vs_scratch.main([*argv, "--json"]) == 0  # a rerun trains nothing and reports the same figures
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert again == report and {p: p.stat().st_mtime_ns for p in sorted(tmp_path.rglob("*.json"))} == stamps
+    assert again == report and {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")} == stamps
+    # the test split decides nothing: other test figures in every record change the bars, not the choices
+    for path in scratch:
+        record = json.loads(path.read_text())
+        path.write_text(json.dumps({**record, "test_top1": 100.0 - record["test_top1"]}))
+    assert ps_vs_scratch.main([*argv, "--json"]) == 0
+    flipped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for name, row in flipped["subnets"].items():
+        before = report["subnets"][name]["twin"]
+        assert [row["twin"][k] for k in ("lr", "converged_epochs", "best_epochs")] == [
+            before[k] for k in ("lr", "converged_epochs", "best_epochs")
+        ]
+        assert row["twin"]["bar_test"] == pytest.approx(100.0 - before["bar_test"])
     table = run_all._ps_table(report)  # how bench/RESULTS.md shows it
     assert [line.split(" | ")[0] for line in table[2:6]] == ["| smallest", "| middle", "| largest", "| random_1"]
-    assert f"{report['subnets']['largest']['delta']:+.2f}" in table[4] and "budget 4" in table[-1]
+    assert f"{report['subnets']['largest']['delta_test']:+.2f}" in table[4] and "budget 4" in table[-1]
+
+
+def test_plan_lists_what_the_rules_ask_for_next(tmp_path, capsys):
+    argv = ["--recipe", str(TINY_RECIPE), "--random", "0", "--scratch-epochs", "2", "--cache", str(tmp_path)]
+    assert ps_vs_scratch.main([*argv, "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("scratch smallest lr") == 3 and "PS seed 0" in out and "PS seed 1" in out  # the grid at E
+    assert "waits: smallest: its lr" in out and not list(tmp_path.iterdir())  # nothing run, nothing written
+    with pytest.raises(SystemExit):  # one seed cannot judge a doubling
+        ps_vs_scratch.main([*argv, "--seeds", "0"])
+    assert "--no-convergence" in capsys.readouterr().err
 
 
 def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):
@@ -78,61 +93,59 @@ def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):
     assert json.loads(lines[-1])["skipped"] and not list(tmp_path.iterdir())
 
 
-def test_ablation_records_a_run_and_renders_the_docs_table_from_records(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(ps_ablation, "RECORDS", tmp_path / "records.json")
+def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ps_ablation, "DOC", tmp_path / "page.md")
-    (tmp_path / "page.md").write_text(f"intro\n{ps_ablation.BEGIN}\nstale\n{ps_ablation.END}\noutro\n")
-    common = [
-        "--recipe",
-        str(TINY_RECIPE),
-        "--scratch-epochs",
-        "2",
-        "--lr-factors",
-        "1",
-        "--no-convergence",
-        "--cache",
-        str(tmp_path / "cache"),
-        "--proxy",
-        "data.batch_size=16",
-    ]
-    assert ps_ablation.main(["--name", "a", "--change", "as is", *common]) == 0
-    assert ps_ablation.main(["--name", "b", "--change", "no KD", "--set", "distill.ratio=0", *common]) == 0
-    records = json.loads((tmp_path / "records.json").read_text())
-    assert [r["name"] for r in records] == ["a", "b"] and records[1]["overrides"] == ["distill.ratio=0"]
-    assert records[0]["recipe_digest"] != records[1]["recipe_digest"]
-    assert records[0]["subnets"]["largest"]["scratch"] == records[1]["subnets"]["largest"]["scratch"]  # one twin
+    monkeypatch.setattr(ps_ablation, "HISTORY", tmp_path / "none.json")
+    doc = f"intro\n{ps_ablation.SCHEDULES_BEGIN}\nold\n{ps_ablation.SCHEDULES_END}\noutro\n"
+    (tmp_path / "page.md").write_text(doc)
+    cache = tmp_path / "cache"
+    argv = ["--recipe", str(TINY_RECIPE), "--set", "data.synthetic.train_size=64", "--set", "checkpoint.every_steps=0"]
+    argv += ["--set", "phases.depth.epochs=7", "--set", "phases.depth.subnets_per_step=4"]  # 8 epochs, 30 passes
+    argv += ["--full-doublings", "0", "--cache", str(cache), "--json"]
+    assert ps_ablation.main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(result["schedules"]) == list(ps_ablation.SCHEDULES) and result["full_ladder_done"]
+    one, equal, matched = (result["schedules"][n] for n in ("one_phase", "paper_equal", "paper_compute"))
+    assert [len(s["seeds"]) for s in result["schedules"].values()] == [2, 2, 2, 2]
+    epochs = [sum(int(p.split()[1].split("x")[0]) for p in s["phases"]) for s in (one, equal)]
+    assert epochs == [8, 8] and [p.split()[0] for p in equal["phases"]][::2] == ["kernel", "depth_2", "expand_2"]
+    assert matched["passes"] == one["passes"] == 30 and equal["passes"] < 30  # compute-matched: the same passes
+    assert result["winner_on_val"] == max(result["schedules"], key=lambda n: result["schedules"][n]["mean_val"])
+    full_runs = [p for p in cache.glob("ps-*") if "phases:\n- name: full" in (p / "recipe.yaml").read_text()]
+    assert len(full_runs) == 2  # one full network per seed, shared by the four schedules
+    schedules = [p for p in cache.glob("ps-*") if p not in full_runs]
+    for run in schedules:  # each starts from its seed's full network: frozen (init) or in-place teacher
+        recipe = (run / "recipe.yaml").read_text()
+        assert "supernet: " + str(cache) in recipe and ("teacher: init" in recipe or "teacher: inplace" in recipe)
+    assert (tmp_path / "page.md").read_text() == doc  # a run prints its tables, only --render writes them
+    assert ps_ablation.main([*argv, "--render"]) == 0
     page = (tmp_path / "page.md").read_text()
-    assert page.startswith("intro\n") and page.endswith("outro\n") and "stale" not in page
-    row = next(line for line in page.splitlines() if line.startswith("| b |"))
-    assert f"{records[1]['subnets']['smallest']['ps']:.2f} ({records[1]['subnets']['smallest']['delta']:+.2f})" in row
+    assert page.startswith("intro\n") and page.endswith("outro\n") and "\nold\n" not in page
+    row = next(line for line in page.splitlines() if line.startswith("| one_phase |"))
+    assert f"{one['mean_val']:.2f}" in row and "twins pending" in row
 
 
 def test_sides_run_apart_fill_the_cache_of_the_full_report(tmp_path, capsys):
-    """Two processes (one per side, e.g. one per core) leave a cache the full report only reads."""
+    """Processes that run one side each (or share the runs as workers) leave a cache the full report only reads."""
     common = ["--recipe", str(TINY_RECIPE), "--seeds", "0", "--random", "0", "--scratch-epochs", "2"]
     common += ["--lr-factors", "1", "--no-convergence", "--cache", str(tmp_path)]
     threads = torch.get_num_threads()
     try:
-        assert (
-            ps_vs_scratch.main([*common, "--side", "scratch", "--subnets", "largest", "smallest", "--threads", "1"])
-            == 0
-        )
+        side = ["--side", "scratch", "--subnets", "largest", "smallest", "--threads", "1", "--worker", "1/2"]
+        assert ps_vs_scratch.main([*common, *side, "--json"]) == 0
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"side": "scratch", "pending": 0}
+    assert len(list(tmp_path.glob("scratch-*.json"))) == 2 and not list(tmp_path.glob("ps-*"))
+    assert ps_vs_scratch.main([*common, "--side", "ps", "--json"]) == 0
     capsys.readouterr()
-    assert ps_vs_scratch.main([*common, "--side", "scratch", "--subnets", "largest", "smallest", "--json"]) == 0
-    scratch = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert scratch["side"] == "scratch" and list(scratch["twins"]) == ["largest", "smallest"]
-    assert ps_vs_scratch.main([*common, "--side", "ps", "--subnets", "largest", "smallest", "--json"]) == 0
-    ps = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert ps["side"] == "ps" and set(ps["top1"][0]) == {"largest", "smallest"}
+    assert len(list(tmp_path.glob("ps-*/eval-*.json"))) == 1 and not list((tmp_path / "claims").iterdir())
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")}
     assert ps_vs_scratch.main([*common, "--subnets", "largest", "smallest", "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")} == stamps  # nothing trained again
-    assert report["subnets"]["largest"]["ps_top1"] == ps["top1"][0]["largest"]
-    assert report["subnets"]["smallest"]["scratch"]["test_top1"] == scratch["twins"]["smallest"]["test_top1"]
+    assert list(report["subnets"]) == ["largest", "smallest"] and report["scratch_converged"] is False
     assert ps_vs_scratch.main([*common, "--subnets", "smallest", "--json"]) == 2  # the budget needs the largest
     assert "--subnets" in capsys.readouterr().err
 

@@ -1,6 +1,6 @@
 """The training session under the benchmark's from-scratch loop: the recorded 2-epoch runs reproduce bit for bit.
 
-``bench/ps_vs_scratch.py`` caches finished scratch runs by `ScratchRun.key`, so a loop that trained
+``bench/ps_runs.py`` caches finished scratch runs by `ScratchRun.key`, so a loop that trained
 differently would mix old and new runs in one report. The fixture was recorded by the loop as it was
 before the session existed (see its ``recorded_with``); the same seed must give the same weights,
 accuracies and cache key.
@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import TINY_RECIPE
 
-from bench import ps_vs_scratch
+from bench import ps_runs
 from ofa.data.datasets import build_data
 from ofa.families.mbv3.arch import Arch
 from ofa.train import load_recipe
@@ -42,11 +42,11 @@ def _weights_sha256(model: torch.nn.Module) -> str:
 def test_scratch_twin_reproduces_the_recorded_run_bitwise(name, tmp_path, monkeypatch):
     want = RECORDED[name]
     recipe = load_recipe(TINY_RECIPE, want["overrides"])
-    run = ps_vs_scratch.ScratchRun(Arch.from_dict(want["arch"]), want["lr"], want["epochs"], want["seed"])
+    run = ps_runs.ScratchRun(Arch.from_dict(want["arch"]), want["lr"], want["epochs"], want["seed"])
     trained = []
-    train = ps_vs_scratch.train_from_scratch
-    monkeypatch.setattr(ps_vs_scratch, "train_from_scratch", lambda *args: trained.append(train(*args)) or trained[-1])
-    got = ps_vs_scratch.scratch_run(recipe, run, build_data(recipe.data), tmp_path, "scratch")
+    train = ps_runs.train_from_scratch
+    monkeypatch.setattr(ps_runs, "train_from_scratch", lambda *args: trained.append(train(*args)) or trained[-1])
+    got = ps_runs.scratch_run(recipe, run, build_data(recipe.data), tmp_path, "scratch")
     assert got["key"] == want["key"]  # the cache key is unchanged, so the recorded runs stay valid
     if SAME_KERNELS:  # the instruction set the fixture was recorded on: bit for bit
         assert _weights_sha256(trained[0]) == want["weights_sha256"]
