@@ -14,6 +14,7 @@ from typing import Any
 
 from ofa.families.family import Family
 from ofa.families.mbv3.family import MBV3
+from ofa.families.proxyless.family import PROXYLESS
 from ofa.families.supernet_file import read_record, read_space_dict
 from ofa.utils.errors import OFAError, SpaceError
 from ofa.utils.io import read_text
@@ -30,7 +31,7 @@ def register(family: Family) -> Family:
     return family
 
 
-for _family in (MBV3,):  # the known families
+for _family in (MBV3, PROXYLESS):  # the known families
     register(_family)
 
 

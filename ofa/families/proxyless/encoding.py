@@ -8,45 +8,24 @@ operators, canonical rows, the dense cost tables (`terms`) and the predictor's f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
+from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints
 from ofa.families.proxyless.arch import ProxylessArch
 from ofa.families.proxyless.space import ProxylessSpace
 
 GENE_ORDER = ("resolution", "depths", "kernels", "expands")  # gene groups, in column order
 
 
-@dataclass(frozen=True)
-class CostTerm:
-    """Layers whose cost depends on a few gene columns; a subnet's cost is the sum of its active terms.
-
-    ``layers(*values)`` takes the choice VALUES of ``columns`` in order and returns the layers it runs.
-    (The same dataclass as the registry's ``ofa.families.genes.CostTerm``, kept here until that lands.)
-    """
-
-    columns: tuple[int, ...]
-    layers: Callable[..., Sequence[Any]]
-
-
-def _frozen(values: Sequence[int] | np.ndarray) -> np.ndarray:
-    out = np.asarray(values, dtype=np.int64)
-    out.flags.writeable = False
-    return out
-
-
 @dataclass(frozen=True, eq=False)
-class GeneLayout:
+class GeneLayout(GeneLayoutBase):
     """Column layout of the gene rows of one space; get it with ``GeneLayout.of(space)`` (built once per space)."""
 
     space: ProxylessSpace
-    slices: Mapping[str, slice]  # columns of each gene group (GENE_ORDER)
-    choices: tuple[tuple[int, ...], ...]  # choice values of each gene
-    sizes: np.ndarray  # number of choices of each gene
     depth_values: np.ndarray  # the depth choices
     slot_stage: np.ndarray  # stage of each block slot
     slot_index: np.ndarray  # position of each block slot within its stage
@@ -74,24 +53,11 @@ class GeneLayout:
             space,
             slices,
             tuple(choices),
-            _frozen([len(c) for c in choices]),
-            _frozen(space.depths),
-            _frozen([s for s, _ in slots]),
-            _frozen([j for _, j in slots]),
+            frozen_ints([len(c) for c in choices]),
+            frozen_ints(space.depths),
+            frozen_ints([s for s, _ in slots]),
+            frozen_ints([j for _, j in slots]),
         )
-
-    @property
-    def genes(self) -> int:
-        return len(self.choices)
-
-    @property
-    def resolution(self) -> int:
-        """Column of the resolution gene."""
-        return self.slices["resolution"].start
-
-    def as_rows(self, rows: np.ndarray) -> np.ndarray:
-        """``rows`` as an (n, genes) int64 array (a single row becomes one row)."""
-        return np.asarray(rows, dtype=np.int64).reshape(-1, self.genes)
 
     # ----------------------------------------------------------------- archs <-> rows
     def encode(self, arch: ProxylessArch, source: str = "arch") -> np.ndarray:
@@ -99,9 +65,6 @@ class GeneLayout:
         self.space.check_choices(arch, source)
         values = (arch.resolution, *arch.depths[:-1], *arch.kernels, *arch.expands)
         return np.array([c.index(v) for c, v in zip(self.choices, values, strict=True)], dtype=np.int64)
-
-    def encode_many(self, archs: Sequence[ProxylessArch]) -> np.ndarray:
-        return np.stack([self.encode(a) for a in archs]) if len(archs) else np.zeros((0, self.genes), np.int64)
 
     def decode(self, row: np.ndarray) -> ProxylessArch:
         vals = [self.choices[i][int(g)] for i, g in enumerate(np.asarray(row).ravel())]
@@ -124,12 +87,6 @@ class GeneLayout:
         slots = self.active_slots(rows)
         fixed = np.ones((len(slots), self.slices["depths"].stop), dtype=bool)
         return np.concatenate([fixed, slots, slots], axis=1)
-
-    def canonical(self, rows: np.ndarray) -> np.ndarray:
-        """Rows with the genes they do not use set to choice 0: one row per distinct subnet."""
-        rows = np.array(rows, dtype=np.int64).reshape(-1, self.genes)
-        rows[~self.active(rows)] = 0
-        return rows
 
     # ----------------------------------------------------------------- cost terms
     @property
@@ -161,24 +118,6 @@ class GeneLayout:
         rows[:, self.slices["kernels"]] = choice // n_exp
         rows[:, self.slices["expands"]] = choice % n_exp
         return rows
-
-    # ----------------------------------------------------------------- random operators (OFA's)
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` uniform random archs as gene rows."""
-        return (rng.random((n, self.genes)) * self.sizes).astype(np.int64)
-
-    def mutate(
-        self, rows: np.ndarray, rng: np.random.Generator, prob: float = 0.1, resolution_prob: float = 0.5
-    ) -> np.ndarray:
-        """Redraw each gene with probability ``prob`` (the resolution with ``resolution_prob``), as OFA."""
-        p = np.full(rows.shape[1], prob)
-        p[self.resolution] = resolution_prob
-        redraw = rng.random(rows.shape) < p
-        return np.where(redraw, self.sample(rows.shape[0], rng), rows)
-
-    def crossover(self, a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Uniform crossover: each gene from either parent with probability 1/2."""
-        return np.where(rng.random(a.shape) < 0.5, a, b)
 
 
 @lru_cache(maxsize=16)
