@@ -99,12 +99,13 @@ def arch_from_any(space: Any, d: Any, source: str = "arch") -> Any:
 
 
 def load_arch(space: Any, path: str | Path) -> Any:
-    """Read an arch file of ``space``'s family; a missing or malformed file is one line naming it."""
+    """Read an arch file of ``space``'s family, ours or an official subnet config (`arch_from_any`); a missing
+    or malformed file is one line naming it."""
     path = Path(path)
     if not path.is_file():
         raise SpaceError(f"{path}: arch file not found")
     text = read_text(path, "arch file")
-    return arch_from_dict(space, _json_object(text, str(path)), str(path))
+    return arch_from_any(space, _json_object(text, str(path)), str(path))
 
 
 def load_supernet(path: str | Path) -> Any:

@@ -47,6 +47,10 @@ class LayerSpec:
             f":mid={self.mid}:s={self.stride}"
         )
 
+    def card_cells(self) -> dict[str, str]:
+        """The model card's columns for this layer between its widths and its MACs (header -> cell)."""
+        return {"kernel": str(self.kernel), "mid channels": str(self.mid or ""), "stride": str(self.stride)}
+
     @classmethod
     def from_key(cls, key: str) -> LayerSpec:
         """Parse a `key`; raises ``SpaceError`` naming the key when it is not one."""
