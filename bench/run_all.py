@@ -266,6 +266,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         ["-m", "bench.official_import", "--json"],
         {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
     ),
+    "official_import_proxyless": Benchmark(
+        ["-m", "bench.official_import", "--json", "--family", "proxyless"],
+        "official OFA-ProxylessNAS checkpoints (w1.3 and w0.5 fixtures, every fixture subnet) imported: max abs "
+        "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5)",
+        ["-m", "bench.official_import", "--json", "--family", "proxyless"],
+        {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
+    ),
     "ps_vs_scratch": ps_bench(
         "digits",
         [],
