@@ -115,6 +115,13 @@ BENCHMARKS: dict[str, Benchmark] = {
             "overhead_min_runs": "runs",
         },
     ),
+    "elastic_overhead_proxyless": Benchmark(
+        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--family", "proxyless"],
+        "as elastic_overhead, on the published OFA-ProxylessNAS w1.3 space against its static timm EfficientNet "
+        "twin (no squeeze-excite: nothing but elasticity differs)",
+        ["-m", "bench.elastic_overhead", "--json", "--rounds", "5", "--family", "proxyless"],
+        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
+    ),
     "elastic_overhead_same_se": Benchmark(
         ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--same-se"],
         "as elastic_overhead, but the static twin runs the supernet's squeeze-excite code (matmuls on the "
