@@ -10,14 +10,14 @@ from ofa.families.proxyless.encoding import ArchEncoder, GeneLayout, sample_arch
 from ofa.families.proxyless.hub import PROXYLESS_FOLDER
 from ofa.families.proxyless.layers import LayerSpec, layer_module
 from ofa.families.proxyless.official import import_official, matches
-from ofa.families.proxyless.space import PRESETS, ProxylessSpace
+from ofa.families.proxyless.space import ProxylessSpace
 from ofa.families.proxyless.subnet import build_subnet, timm_args, timm_model
 from ofa.families.proxyless.supernet import OFAProxylessNAS
 
 PROXYLESS = Family(
     name=FAMILY,
     space_type=ProxylessSpace,
-    presets={name: (lambda name=name: ProxylessSpace.preset(name)) for name in PRESETS},
+    presets={FAMILY: ProxylessSpace.preset},  # `--space proxyless`: the published w1.3 space
     arch_type=ProxylessArch,
     supernet_type=OFAProxylessNAS,
     layer_type=LayerSpec,
