@@ -289,6 +289,11 @@ def test_gene_rows_round_trip_and_canonical_rows_count_the_space():
     for row in rows[::7]:
         assert np.array_equal(layout.encode(layout.decode(row)), row)
     assert len({tuple(r) for r in layout.canonical(rows)}) == space.count() == 72
+    every = list(layout.every_arch(space.resolutions[0]))  # each distinct subnet once, as its canonical row
+    assert {tuple(r) for r in layout.canonical(layout.encode_many(every))} == {
+        tuple(r) for r in layout.canonical(rows) if r[layout.resolution] == 0
+    }
+    assert len(every) == space.count()
     active = layout.active(rows)
     assert active[:, : layout.slices["depths"].stop].all() and active[:, -1].all()  # last slot always runs
     with pytest.raises(SpaceError, match=r"^row 3\.depths\[2\]"):

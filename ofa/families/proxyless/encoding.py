@@ -8,7 +8,8 @@ operators, canonical rows, the dense cost tables (`terms`) and the predictor's f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -87,6 +88,18 @@ class GeneLayout(GeneLayoutBase):
         slots = self.active_slots(rows)
         fixed = np.ones((len(slots), self.slices["depths"].stop), dtype=bool)
         return np.concatenate([fixed, slots, slots], axis=1)
+
+    def every_arch(self, resolution: int) -> Iterator[ProxylessArch]:
+        """Every distinct subnet at ``resolution`` once (unused slots take the first choice)."""
+        space = self.space
+        blocks = list(itertools.product(space.kernels, space.expands))
+        for depths in itertools.product(space.depths, repeat=space.num_stages - 1):
+            for stages in itertools.product(*(itertools.product(blocks, repeat=d) for d in (*depths, 1))):
+                kernels, expands = [space.kernels[0]] * space.num_slots, [space.expands[0]] * space.num_slots
+                for s, stage in enumerate(stages):
+                    for j, (k, e) in enumerate(stage):
+                        kernels[space.slot(s, j)], expands[space.slot(s, j)] = k, e
+                yield ProxylessArch(resolution, (*depths, 1), tuple(kernels), tuple(expands))
 
     # ----------------------------------------------------------------- cost terms
     @property
