@@ -16,6 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints
+from ofa.families.mbv3.encoding import SlotFeatures
 from ofa.families.proxyless.arch import ProxylessArch
 from ofa.families.proxyless.space import ProxylessSpace
 
@@ -174,35 +175,8 @@ def sample_arch(
     )
 
 
-class ArchEncoder:
-    """Gene rows -> the predictor's features (OFA's MobileNetArchEncoder).
-
-    Per block slot a one-hot kernel and a one-hot expand ratio, all zeros for slots past the
-    stage's depth (the depth is implicit), then a one-hot resolution. A whole population is
-    encoded with one scatter.
-    """
+class ArchEncoder(SlotFeatures):
+    """Gene rows -> the predictor's features (`SlotFeatures`: mbv3's, over this family's block slots)."""
 
     def __init__(self, space: ProxylessSpace) -> None:
-        self.space, self.layout = space, GeneLayout.of(space)
-        self.n_kernels, self.n_expands = len(space.kernels), len(space.expands)
-        self.per_slot = self.n_kernels + self.n_expands
-        self.res_offset = space.num_slots * self.per_slot
-        self.dim = self.res_offset + len(space.resolutions)
-        self._slot_offset = np.arange(space.num_slots) * self.per_slot
-
-    def encode_rows(self, rows: np.ndarray) -> np.ndarray:
-        """(n, dim) float32 features of integer gene rows."""
-        lay = self.layout
-        rows = lay.as_rows(rows)
-        n = rows.shape[0]
-        active = lay.active_slots(rows).astype(np.float32)
-        out = np.zeros((n, self.dim), dtype=np.float32)
-        at = np.arange(n)[:, None]
-        out[at, self._slot_offset + rows[:, lay.slices["kernels"]]] = active
-        out[at, self._slot_offset + self.n_kernels + rows[:, lay.slices["expands"]]] = active
-        out[np.arange(n), self.res_offset + rows[:, lay.resolution]] = 1.0
-        return out
-
-    def encode(self, archs: ProxylessArch | Sequence[ProxylessArch]) -> np.ndarray:
-        archs = [archs] if isinstance(archs, ProxylessArch) else list(archs)
-        return self.encode_rows(self.layout.encode_many(archs))
+        super().__init__(space, GeneLayout.of(space))
