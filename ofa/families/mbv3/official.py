@@ -18,7 +18,16 @@ from typing import Any
 
 import torch
 
-from ofa.families.mbv3.official_shapes import ImportConfig, kernel_set, max_expand, paper_choices, shape
+from ofa.families.mbv3.official_shapes import (
+    ImportConfig,
+    canonical_key,
+    canonical_state,
+    kernel_set,
+    load_by_key_map,
+    max_expand,
+    paper_choices,
+    shape,
+)
 from ofa.families.mbv3.space import SearchSpace, StageSpec
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.mbv3.transfer import fold_input_channels, rehead
@@ -80,18 +89,6 @@ def _fixed_map(final: int) -> dict[str, str]:
     return out
 
 
-def canonical_key(key: str) -> str:
-    """One name per tensor whatever the official code's version wrote (its own loader's remapping).
-
-    Older checkpoints say ``.mobile_inverted_conv.`` for ``.conv.``; dynamic layers nest
-    ``.bn.bn.``, ``.conv.conv.weight`` and ``.linear.linear.`` where static ones do not.
-    """
-    key = key.replace(".mobile_inverted_conv.", ".conv.")
-    for nested, flat in ((".bn.bn.", ".bn."), (".conv.conv.weight", ".conv.weight"), (".linear.linear.", ".linear.")):
-        key = key.replace(nested, flat)
-    return key
-
-
 def official_key_map(space: SearchSpace) -> dict[str, str]:
     """Official canonical key → our supernet key, for every tensor of ``space``'s supernet."""
     d, final = space.max_depth, space.num_stages + 1
@@ -112,13 +109,7 @@ def official_key_map(space: SearchSpace) -> dict[str, str]:
 
 def read_official(path: str | Path) -> dict[str, torch.Tensor]:
     """The state dict of an official checkpoint, canonical names, floats as fp32 (fp16 files too)."""
-    state = read_official_state(path)
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        name = canonical_key(str(key))
-        if name in out:
-            raise OFAError(f"{path}: keys {key!r} and another name the same tensor {name!r}")
-        out[name] = value.float() if value.is_floating_point() else value
+    out = canonical_state(read_official_state(path), path)
     missing = [k for k in _LANDMARKS if k not in out]
     if missing or not any(_BLOCK_KEY.match(k) for k in out):
         sample = ", ".join(sorted(out)[:3])
@@ -179,23 +170,7 @@ def infer_space(
 
 def load_official_weights(net: OFAMobileNetV3, state: Mapping[str, torch.Tensor], source: str) -> OFAMobileNetV3:
     """Copy every official tensor into ``net``: each key known, none missing, every shape equal."""
-    key_map = official_key_map(net.space)
-    ours = net.state_dict()
-    extra = sorted(set(state) - set(key_map))
-    if extra:
-        raise OFAError(f"{source}: unexpected key {extra[0]!r} for an OFA-MobileNetV3 of the inferred space")
-    missing = sorted(set(key_map) - set(state))
-    if missing:
-        raise OFAError(f"{source}: missing key {missing[0]!r}")
-    for official, mine in key_map.items():
-        if tuple(state[official].shape) != tuple(ours[mine].shape):
-            raise OFAError(
-                f"{source}: {official} has shape {list(state[official].shape)}, expected "
-                f"{list(ours[mine].shape)} for the inferred space"
-            )
-        ours[mine] = state[official]
-    net.load_state_dict(ours)
-    return net
+    return load_by_key_map(net, state, official_key_map(net.space), source, "an OFA-MobileNetV3")
 
 
 def check_official_layout(space: SearchSpace) -> None:

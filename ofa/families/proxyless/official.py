@@ -17,8 +17,17 @@ from typing import Any
 
 import torch
 
-from ofa.families.mbv3.official import OFFICIAL_PREPROCESS, PAPER_DEPTHS, PAPER_EXPANDS, canonical_key
-from ofa.families.mbv3.official_shapes import ImportConfig, kernel_set, max_expand, paper_choices, shape
+from ofa.families.mbv3.official import OFFICIAL_PREPROCESS, PAPER_DEPTHS, PAPER_EXPANDS
+from ofa.families.mbv3.official_shapes import (
+    ImportConfig,
+    canonical_key,
+    canonical_state,
+    kernel_set,
+    load_by_key_map,
+    max_expand,
+    paper_choices,
+    shape,
+)
 from ofa.families.mbv3.transfer import fold_input_channels, rehead
 from ofa.families.proxyless.space import PAPER_RESOLUTIONS, ProxylessSpace, StageSpec
 from ofa.families.proxyless.supernet import OFAProxylessNAS
@@ -86,13 +95,7 @@ def read_official(path: str | Path) -> dict[str, torch.Tensor]:
             f"{path}: not an OFA-ProxylessNAS checkpoint (no first_conv, first block, feature-mix BN and elastic "
             f"blocks of OFAProxylessNASNets; found {', '.join(sorted(map(str, state))[:3])}, ...)"
         )
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        name = canonical_key(str(key))
-        if name in out:
-            raise OFAError(f"{path}: keys {key!r} and another name the same tensor {name!r}")
-        out[name] = value.float() if value.is_floating_point() else value
-    return out
+    return canonical_state(state, path)
 
 
 def official_key_map(space: ProxylessSpace) -> dict[str, str]:
@@ -149,23 +152,7 @@ def infer_space(
 
 def load_official_weights(net: OFAProxylessNAS, state: Mapping[str, torch.Tensor], source: str) -> OFAProxylessNAS:
     """Copy every official tensor into ``net``: each key known, none missing, every shape equal."""
-    key_map = official_key_map(net.space)
-    ours = net.state_dict()
-    extra = sorted(set(state) - set(key_map))
-    if extra:
-        raise OFAError(f"{source}: unexpected key {extra[0]!r} for an OFA-ProxylessNAS of the inferred space")
-    missing = sorted(set(key_map) - set(state))
-    if missing:
-        raise OFAError(f"{source}: missing key {missing[0]!r}")
-    for official, mine in key_map.items():
-        if tuple(state[official].shape) != tuple(ours[mine].shape):
-            raise OFAError(
-                f"{source}: {official} has shape {list(state[official].shape)}, expected "
-                f"{list(ours[mine].shape)} for the inferred space"
-            )
-        ours[mine] = state[official]
-    net.load_state_dict(ours)
-    return net
+    return load_by_key_map(net, state, official_key_map(net.space), source, "an OFA-ProxylessNAS")
 
 
 def import_official(path: str | Path, config: ImportConfig | None = None) -> OFAProxylessNAS:
