@@ -23,7 +23,6 @@ from ofa.families.mbv3.official_shapes import (
     canonical_key,
     canonical_state,
     kernel_set,
-    load_by_key_map,
     max_expand,
     paper_choices,
     shape,
@@ -31,7 +30,7 @@ from ofa.families.mbv3.official_shapes import (
 from ofa.families.mbv3.space import SearchSpace, StageSpec
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.mbv3.transfer import fold_input_channels, rehead
-from ofa.families.supernet_file import read_official_state
+from ofa.families.supernet_file import load_by_key_map, read_official_state
 from ofa.utils.errors import OFAError
 from ofa.utils.io import file_sha256
 

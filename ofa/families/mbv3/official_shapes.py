@@ -1,8 +1,8 @@
-"""Reading an official elastic-MBConv checkpoint (OFA-MBv3 and OFA-ProxylessNAS): names, choices, weights.
+"""Reading an official elastic-MBConv checkpoint (OFA-MBv3 and OFA-ProxylessNAS): names and choices.
 
 Both official networks store the same elastic blocks (``blocks.N.conv.{inverted_bottleneck,depth_conv,
-point_linear}``, a 7→5→3 kernel-matrix chain) under the same naming versions, so keys canonicalize,
-the largest kernel, expand ratio and depth read, and tensors copy the same way; smaller choices come
+point_linear}``, a 7→5→3 kernel-matrix chain) under the same naming versions, so keys canonicalize
+and the largest kernel, expand ratio and depth read the same way; smaller choices come
 from the paper's lists or the user's (`ImportConfig`).
 """
 
@@ -13,16 +13,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import torch
-from torch import nn
 
 from ofa.families.mbv3.layers import mid_channels
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 
-Net = TypeVar("Net", bound=nn.Module)
 _MATRIX = re.compile(r"^depth_conv\.conv\.(\d+)to(\d+)_matrix$")
 
 
@@ -47,29 +44,6 @@ def canonical_state(state: Mapping[str, torch.Tensor], path: str | Path) -> dict
             raise OFAError(f"{path}: keys {key!r} and another name the same tensor {name!r}")
         out[name] = value.float() if value.is_floating_point() else value
     return out
-
-
-def load_by_key_map(
-    net: Net, state: Mapping[str, torch.Tensor], key_map: Mapping[str, str], source: str, what: str
-) -> Net:
-    """Copy every official tensor into ``net`` by ``key_map`` (official → ours): each key known, none
-    missing, every shape equal; ``what`` names the network in the messages."""
-    ours = net.state_dict()
-    extra = sorted(set(state) - set(key_map))
-    if extra:
-        raise OFAError(f"{source}: unexpected key {extra[0]!r} for {what} of the inferred space")
-    missing = sorted(set(key_map) - set(state))
-    if missing:
-        raise OFAError(f"{source}: missing key {missing[0]!r}")
-    for official, mine in key_map.items():
-        if tuple(state[official].shape) != tuple(ours[mine].shape):
-            raise OFAError(
-                f"{source}: {official} has shape {list(state[official].shape)}, expected "
-                f"{list(ours[mine].shape)} for the inferred space"
-            )
-        ours[mine] = state[official]
-    net.load_state_dict(ours)
-    return net
 
 
 def shape(state: Mapping[str, torch.Tensor], key: str, source: str, dims: int) -> tuple[int, ...]:
