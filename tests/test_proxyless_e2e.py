@@ -137,3 +137,17 @@ def test_bad_proxyless_checkpoints_are_one_line_cli_errors(tmp_path, capsys):
         assert rc != 0 and len(err) == 1 and message in err[0] and name in err[0], (name, err)
         assert "Traceback" not in err[0]
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_openvino_export_runs_like_onnx(net, tmp_path):
+    """OpenVINO only: ExecuTorch's lowering is slow and family-neutral (tests/test_edge_formats.py covers it)."""
+    pytest.importorskip("openvino")
+    from ofa.runtime import formats
+
+    arch = sample_arch(net.space, 6)
+    onnx = tmp_path / "m.onnx"
+    result = export_subnet(net, arch, ExportConfig(onnx, calib_batches=0, latency=False, formats=("openvino",)))
+    assert [f.format for f in result.formats] == ["openvino"]  # checked against PyTorch by the export
+    x = np.random.default_rng(0).standard_normal((1, 1, arch.resolution, arch.resolution)).astype(np.float32)
+    got = formats.load_infer("openvino", onnx.with_suffix(formats.SUFFIX["openvino"]), 1)(x)
+    assert np.abs(got - ort_logits(onnx, x)).max() <= 1e-4
