@@ -1,6 +1,7 @@
 """Cost of elasticity: one SGD step of the supernet vs the extracted static model.
 
-Forward + backward + optimizer step, batch 16, resolution 128, 1000 classes, OFA-MBv3 space, with the
+Forward + backward + optimizer step, batch 16, resolution 128, 1000 classes, the published space of
+``--family`` (mbv3: OFA-MBv3; proxyless: OFA-ProxylessNAS w1.3, its static twin timm's EfficientNet), with the
 largest, a middle (median MACs of 1,000 seeded samples) and the smallest subnet active. Each round
 times every subnet's supernet step next to its static twin's step, alternating which goes first, so
 machine noise hits both alike; the overhead is the median of the per-round ratios, and its
@@ -34,16 +35,20 @@ from bench.step_timing import (
     sgd,
     summarize,
 )
-from ofa.families.mbv3.arch import Arch
+from ofa.families.family import Arch, Space
 from ofa.families.mbv3.elastic import ElasticSqueezeExcite
-from ofa.families.mbv3.encoding import sample_arch
-from ofa.families.mbv3.space import SearchSpace
-from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.registry import family_names, family_of, get_family
 
 
-def middle_arch(space: SearchSpace, resolution: int, samples: int = 1000, seed: int = 0) -> Arch:
+def published_space(family: str) -> Space:
+    """The family's first preset: the published supernet's space."""
+    return next(iter(get_family(family).presets.values()))()
+
+
+def middle_arch(space: Space, resolution: int, samples: int = 1000, seed: int = 0) -> Arch:
     """The sample at the median MACs (index n // 2 when sorted) of ``samples`` seeded draws."""
     rng = np.random.default_rng(seed)
+    sample_arch = family_of(space).sample_arch
     archs = [sample_arch(space, rng, resolutions=[resolution]) for _ in range(samples)]
     return sorted(archs, key=space.macs)[samples // 2]
 
@@ -66,10 +71,10 @@ def one_invocation(args: argparse.Namespace) -> dict[str, object]:
         torch.set_num_threads(args.threads)
     clock = time.thread_time if args.cpu_time else time.perf_counter
     torch.manual_seed(0)
-    space = SearchSpace.mbv3()
-    supernet = OFAMobileNetV3(space).train()
-    x = torch.randn(args.batch, 3, args.resolution, args.resolution)
-    y = torch.randint(0, 1000, (args.batch,))
+    space = published_space(args.family)
+    supernet = family_of(space).supernet_type(space).train()
+    x = torch.randn(args.batch, space.in_channels, args.resolution, args.resolution)
+    y = torch.randint(0, space.num_classes, (args.batch,))
     subnets = three_subnets(space, args.resolution)
     runs = {}
     for name, arch in subnets.items():
@@ -77,6 +82,7 @@ def one_invocation(args: argparse.Namespace) -> dict[str, object]:
         static = with_supernet_se(static) if args.same_se else static
         runs[name] = (arch, static, sgd(static))
     result = summarize(*measure(supernet, supernet.set_active, runs, (x, y), args.rounds, clock))
+    result["family"] = args.family
     result["twin_se"] = "supernet" if args.same_se else "timm"
     result["threads"] = torch.get_num_threads()
     result["clock"] = "thread_cpu" if args.cpu_time else "wall"
@@ -85,7 +91,7 @@ def one_invocation(args: argparse.Namespace) -> dict[str, object]:
     return result
 
 
-def three_subnets(space: SearchSpace, resolution: int) -> dict[str, Arch]:
+def three_subnets(space: Space, resolution: int) -> dict[str, Arch]:
     """The largest, the middle (`middle_arch`) and the smallest subnet at ``resolution``."""
     return {"max": space.max_arch(resolution), "mid": middle_arch(space, resolution), "min": space.min_arch(resolution)}
 
@@ -97,7 +103,8 @@ def several_invocations(args: argparse.Namespace) -> dict[str, object]:
     command += ["--threads", str(args.threads)] if args.threads is not None else []
     command += ["--cpu-time"] if args.cpu_time else []
     command += ["--same-se"] if args.same_se else []
-    passed_on = ["twin_se", "threads", "clock", "mid_arch", "mid_macs_m"]
+    command += ["--family", args.family]
+    passed_on = ["family", "twin_se", "threads", "clock", "mid_arch", "mid_macs_m"]
     return median_of_invocations(command, args.invocations, passed_on)
 
 
@@ -105,6 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_timing_arguments(parser, rounds=21, invocations=1)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--family", choices=family_names(), default="mbv3", help="whose published space")
     parser.add_argument(
         "--cpu-time",
         action="store_true",

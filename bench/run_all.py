@@ -118,6 +118,13 @@ BENCHMARKS: dict[str, Benchmark] = {
             "overhead_min_runs": "runs",
         },
     ),
+    "elastic_overhead_proxyless": Benchmark(
+        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--family", "proxyless"],
+        "as elastic_overhead, on the published OFA-ProxylessNAS w1.3 space against its static timm EfficientNet "
+        "twin (no squeeze-excite: nothing but elasticity differs)",
+        ["-m", "bench.elastic_overhead", "--json", "--rounds", "5", "--family", "proxyless"],
+        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
+    ),
     "elastic_overhead_same_se": Benchmark(
         ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--same-se"],
         "as elastic_overhead, but the static twin runs the supernet's squeeze-excite code (matmuls on the "
@@ -154,6 +161,12 @@ BENCHMARKS: dict[str, Benchmark] = {
         "seconds of one default OFA evolutionary search on the mbv3 table (target ≤ 1 s), "
         "and its result vs the best of 10,000 random feasible subnets",
         ["-m", "bench.search_speed", "--json"],
+        {"seconds": "seconds", "found_top1": "found top-1", "random_best_top1": "best random top-1"},
+    ),
+    "search_speed_proxyless": Benchmark(
+        ["-m", "bench.search_speed", "--json", "--family", "proxyless"],
+        "as search_speed, on the published OFA-ProxylessNAS w1.3 space and its table (target ≤ 1 s)",
+        ["-m", "bench.search_speed", "--json", "--family", "proxyless"],
         {"seconds": "seconds", "found_top1": "found top-1", "random_best_top1": "best random top-1"},
     ),
     "pipeline_demo": Benchmark(
@@ -267,6 +280,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         "official OFA-MobileNetV3 checkpoints (w1.0 and w0.5 fixtures, 12 subnets each) imported: max abs "
         "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5)",
         ["-m", "bench.official_import", "--json"],
+        {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
+    ),
+    "official_import_proxyless": Benchmark(
+        ["-m", "bench.official_import", "--json", "--family", "proxyless"],
+        "official OFA-ProxylessNAS checkpoints (w1.3 and w0.5 fixtures, every fixture subnet) imported: max abs "
+        "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5)",
+        ["-m", "bench.official_import", "--json", "--family", "proxyless"],
         {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
     ),
     "ps_vs_scratch": ps_bench(

@@ -20,10 +20,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from ofa.families.mbv3.arch import Arch
 from ofa.families.proxyless.arch import ProxylessArch
 from ofa.families.proxyless.encoding import ArchEncoder, GeneLayout, sample_arch
-from ofa.families.proxyless.layers import LayerSpec, input_shape, layer_module
+from ofa.families.proxyless.layers import LayerSpec, layer_module
 from ofa.families.proxyless.space import ProxylessSpace, StageSpec
 from ofa.families.proxyless.subnet import build_subnet, count_macs, count_params, timm_args
 from ofa.families.proxyless.supernet import OFAProxylessNAS
+from ofa.lut.layer_models import input_shape
 from ofa.utils.errors import SpaceError
 
 
@@ -202,8 +203,8 @@ def test_layer_modules_cost_what_their_specs_say():
     assert {spec.kind for spec in specs.values()} == {"stem", "first", "mbconv", "head"}
     for key, spec in specs.items():
         assert LayerSpec.from_key(key) == spec
-        module = layer_module(spec)
-        assert _flop_macs(module, input_shape(spec)) == spec.macs, key
+        module = layer_module(space, spec)
+        assert _flop_macs(module, input_shape(spec, 1)) == spec.macs, key
         assert sum(p.numel() for p in module.parameters()) == spec.params, key
         out = module(torch.zeros(input_shape(spec, batch=2)))
         assert out.shape == ((2, spec.out_c) if spec.kind == "head" else (2, spec.out_c, spec.out_hw, spec.out_hw))
@@ -288,6 +289,11 @@ def test_gene_rows_round_trip_and_canonical_rows_count_the_space():
     for row in rows[::7]:
         assert np.array_equal(layout.encode(layout.decode(row)), row)
     assert len({tuple(r) for r in layout.canonical(rows)}) == space.count() == 72
+    every = list(layout.every_arch(space.resolutions[0]))  # each distinct subnet once, as its canonical row
+    assert {tuple(r) for r in layout.canonical(layout.encode_many(every))} == {
+        tuple(r) for r in layout.canonical(rows) if r[layout.resolution] == 0
+    }
+    assert len(every) == space.count()
     active = layout.active(rows)
     assert active[:, : layout.slices["depths"].stop].all() and active[:, -1].all()  # last slot always runs
     with pytest.raises(SpaceError, match=r"^row 3\.depths\[2\]"):

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ofa.families.mbv3.official import ImportConfig
+from ofa.families.importing import import_official_file
+from ofa.families.mbv3.official_shapes import ImportConfig
 from ofa.families.proxyless.arch import ProxylessArch
-from ofa.families.proxyless.official import import_official, import_official_file, matches
+from ofa.families.proxyless.official import import_official, matches
 from ofa.families.proxyless.supernet import OFAProxylessNAS
 from ofa.utils.errors import OFAError
 
@@ -62,7 +63,8 @@ def test_space_is_inferred_from_the_shapes(imported, official_state):
 
 
 def test_import_file_writes_a_loadable_supernet(tmp_path, imported):
-    result = import_official_file(CHECKPOINT, tmp_path / "net.safetensors")
+    result = import_official_file(CHECKPOINT, tmp_path / "net.safetensors", {})
+    assert result.family.name == "proxyless"
     loaded = OFAProxylessNAS.load(result.out).eval()
     arch = loaded.space.min_arch()
     x = torch.randn(1, 3, arch.resolution, arch.resolution)

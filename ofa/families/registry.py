@@ -14,6 +14,7 @@ from typing import Any
 
 from ofa.families.family import Family
 from ofa.families.mbv3.family import MBV3
+from ofa.families.proxyless.family import PROXYLESS
 from ofa.families.supernet_file import read_record, read_space_dict
 from ofa.utils.errors import OFAError, SpaceError
 from ofa.utils.io import read_text
@@ -37,7 +38,7 @@ def unregister(name: str) -> Family:
     return family
 
 
-for _family in (MBV3,):  # the known families
+for _family in (MBV3, PROXYLESS):  # the known families
     register(_family)
 
 
@@ -105,12 +106,13 @@ def arch_from_any(space: Any, d: Any, source: str = "arch") -> Any:
 
 
 def load_arch(space: Any, path: str | Path) -> Any:
-    """Read an arch file of ``space``'s family; a missing or malformed file is one line naming it."""
+    """Read an arch file of ``space``'s family, ours or an official subnet config (`arch_from_any`); a missing
+    or malformed file is one line naming it."""
     path = Path(path)
     if not path.is_file():
         raise SpaceError(f"{path}: arch file not found")
     text = read_text(path, "arch file")
-    return arch_from_dict(space, _json_object(text, str(path)), str(path))
+    return arch_from_any(space, _json_object(text, str(path)), str(path))
 
 
 def load_supernet(path: str | Path) -> Any:

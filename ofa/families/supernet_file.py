@@ -1,4 +1,5 @@
-"""The supernet file and training checkpoint formats, shared by every family: a space mapping, weights, meta.
+"""The supernet file and training checkpoint formats, shared by every family: a space mapping, weights, meta
+(and the official checkpoints every family imports: their raw state, their tensors copied by a key map).
 
 Reading one needs no family: the registry reads the record, picks the family by the space's
 ``family:`` key and hands the record to that family's supernet type (``from_record``).
@@ -8,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+from torch import nn
 
 from ofa.utils.errors import OFAError
 from ofa.utils.io import load_torch
@@ -19,6 +21,7 @@ from ofa.utils.weights import load_safetensors
 SUPERNET_FORMAT = "ofa-supernet"
 CHECKPOINT_FORMAT = "ofa-checkpoint"
 SAFETENSORS = ".safetensors"
+Net = TypeVar("Net", bound=nn.Module)
 
 
 def read_space_dict(path: str | Path) -> dict[str, Any]:
@@ -47,6 +50,29 @@ def read_official_state(path: str | Path) -> Mapping[str, Any]:
             "not a tensor)"
         )
     return state
+
+
+def load_by_key_map(
+    net: Net, state: Mapping[str, torch.Tensor], key_map: Mapping[str, str], source: str, what: str
+) -> Net:
+    """Copy every official tensor into ``net`` by ``key_map`` (official → ours): each key known, none
+    missing, every shape equal; ``what`` names the network in the messages."""
+    ours = net.state_dict()
+    extra = sorted(set(state) - set(key_map))
+    if extra:
+        raise OFAError(f"{source}: unexpected key {extra[0]!r} for {what} of the inferred space")
+    missing = sorted(set(key_map) - set(state))
+    if missing:
+        raise OFAError(f"{source}: missing key {missing[0]!r}")
+    for official, mine in key_map.items():
+        if tuple(state[official].shape) != tuple(ours[mine].shape):
+            raise OFAError(
+                f"{source}: {official} has shape {list(state[official].shape)}, expected "
+                f"{list(ours[mine].shape)} for the inferred space"
+            )
+        ours[mine] = state[official]
+    net.load_state_dict(ours)
+    return net
 
 
 def read_record(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -185,16 +186,17 @@ def sample_arch(
     )
 
 
-class ArchEncoder:
-    """Gene rows <-> the predictor's features (OFA's MobileNetArchEncoder).
+class SlotFeatures:
+    """Gene rows -> the predictor's features (OFA's MobileNetArchEncoder), for any layout of block slots.
 
     Per block slot a one-hot kernel and a one-hot expand ratio, all zeros for slots past the
     stage's depth (the depth is implicit), then a one-hot resolution. A whole population is
-    encoded with one scatter.
+    encoded with one scatter. ``layout`` has ``kernels``/``expands`` slot columns and ``active_slots``
+    (mbv3's and OFA-ProxylessNAS's layouts).
     """
 
-    def __init__(self, space: SearchSpace) -> None:
-        self.space, self.layout = space, GeneLayout.of(space)
+    def __init__(self, space: Any, layout: Any) -> None:
+        self.space, self.layout = space, layout
         self.n_kernels, self.n_expands = len(space.kernels), len(space.expands)
         self.per_slot = self.n_kernels + self.n_expands
         self.res_offset = space.num_slots * self.per_slot
@@ -217,6 +219,13 @@ class ArchEncoder:
     def encode(self, archs: Arch | Sequence[Arch]) -> np.ndarray:
         archs = [archs] if isinstance(archs, Arch) else list(archs)
         return self.encode_rows(self.layout.encode_many(archs))
+
+
+class ArchEncoder(SlotFeatures):
+    """Gene rows <-> the predictor's features of an mbv3 space (`SlotFeatures`, and back)."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        super().__init__(space, GeneLayout.of(space))
 
     def decode(self, features: np.ndarray) -> list[Arch]:
         """Features -> archs (unused slots take the smallest choice); raises ``OFAError`` on a malformed row."""

@@ -13,19 +13,25 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ofa.families.mbv3.layers import mid_channels
+from ofa.families.mbv3.official_shapes import (
+    ImportConfig,
+    canonical_key,
+    canonical_state,
+    kernel_set,
+    max_expand,
+    paper_choices,
+    shape,
+)
 from ofa.families.mbv3.space import SearchSpace, StageSpec
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.mbv3.transfer import fold_input_channels, rehead
-from ofa.families.supernet_file import read_official_state
+from ofa.families.supernet_file import load_by_key_map, read_official_state
 from ofa.utils.errors import OFAError
-from ofa.utils.fields import field_label
 from ofa.utils.io import file_sha256
 
 # The paper's OFA-MobileNetV3 skeleton: what shapes cannot tell.
@@ -56,7 +62,6 @@ _BLOCK = {
         for b in _BN
     },
 }
-_MATRIX = re.compile(r"^depth_conv\.conv\.(\d+)to(\d+)_matrix$")
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.conv\.(.+)$")
 _LANDMARKS = ("first_conv.conv.weight", "final_expand_layer.conv.weight", "feature_mix_layer.conv.weight")
 
@@ -83,18 +88,6 @@ def _fixed_map(final: int) -> dict[str, str]:
     return out
 
 
-def canonical_key(key: str) -> str:
-    """One name per tensor whatever the official code's version wrote (its own loader's remapping).
-
-    Older checkpoints say ``.mobile_inverted_conv.`` for ``.conv.``; dynamic layers nest
-    ``.bn.bn.``, ``.conv.conv.weight`` and ``.linear.linear.`` where static ones do not.
-    """
-    key = key.replace(".mobile_inverted_conv.", ".conv.")
-    for nested, flat in ((".bn.bn.", ".bn."), (".conv.conv.weight", ".conv.weight"), (".linear.linear.", ".linear.")):
-        key = key.replace(nested, flat)
-    return key
-
-
 def official_key_map(space: SearchSpace) -> dict[str, str]:
     """Official canonical key → our supernet key, for every tensor of ``space``'s supernet."""
     d, final = space.max_depth, space.num_stages + 1
@@ -115,13 +108,7 @@ def official_key_map(space: SearchSpace) -> dict[str, str]:
 
 def read_official(path: str | Path) -> dict[str, torch.Tensor]:
     """The state dict of an official checkpoint, canonical names, floats as fp32 (fp16 files too)."""
-    state = read_official_state(path)
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        name = canonical_key(str(key))
-        if name in out:
-            raise OFAError(f"{path}: keys {key!r} and another name the same tensor {name!r}")
-        out[name] = value.float() if value.is_floating_point() else value
+    out = canonical_state(read_official_state(path), path)
     missing = [k for k in _LANDMARKS if k not in out]
     if missing or not any(_BLOCK_KEY.match(k) for k in out):
         sample = ", ".join(sorted(out)[:3])
@@ -136,56 +123,6 @@ def matches(state: Mapping[str, Any]) -> bool:
     """Whether an official state dict (any key naming) is an OFA-MobileNetV3's: its landmark tensors are there."""
     names = {canonical_key(str(k)) for k in state}
     return all(k in names for k in _LANDMARKS) and any(_BLOCK_KEY.match(k) for k in names)
-
-
-def _shape(state: Mapping[str, torch.Tensor], key: str, source: str, dims: int) -> tuple[int, ...]:
-    if key not in state:
-        raise OFAError(f"{source}: missing key {key!r}")
-    shape = tuple(state[key].shape)
-    if len(shape) != dims:
-        raise OFAError(f"{source}: {key} has shape {list(shape)}, expected {dims} dimensions")
-    return shape
-
-
-def _kernel_set(state: Mapping[str, torch.Tensor], source: str) -> tuple[int, ...]:
-    """Largest kernel from block 1's depthwise weight, smaller ones from its ``AtoB_matrix`` chain."""
-    big = _shape(state, "blocks.1.conv.depth_conv.conv.weight", source, 4)[-1]
-    pairs = sorted(
-        (int(m[1]), int(m[2]))
-        for k in state
-        if k.startswith("blocks.1.conv.") and (m := _MATRIX.match(k[len("blocks.1.conv.") :]))
-    )
-    kernels = sorted({big, *(b for _, b in pairs)}, reverse=True)
-    if pairs != sorted(itertools.pairwise(kernels)):
-        raise OFAError(
-            f"{source}: kernel transform matrices {[f'{a}to{b}' for a, b in pairs]} do not form a "
-            f"chain from the {big}x{big} kernel"
-        )
-    return tuple(sorted(kernels))
-
-
-def _max_expand(state: Mapping[str, torch.Tensor], source: str, blocks: int) -> int:
-    """The integer ratio whose rounded width (``make_divisible(round(in * e))``) every block shows."""
-    shapes = [
-        _shape(state, f"blocks.{n}.conv.inverted_bottleneck.conv.weight", source, 4) for n in range(1, blocks + 1)
-    ]
-    for e in range(1, 17):
-        if all(mid_channels(shape[1], e) == shape[0] for shape in shapes):
-            return e
-    out_c, in_c = shapes[0][:2]
-    raise OFAError(f"{source}: expanded widths (e.g. {in_c}->{out_c} in blocks.1) match no integer expand ratio")
-
-
-def _choices(found: int, given: tuple[int, ...] | None, paper: tuple[int, ...], name: str) -> tuple[int, ...]:
-    """The paper's choices up to what the shapes show, or the user's, whose largest must be that."""
-    if given is None:
-        return tuple(sorted({v for v in paper if v < found} | {found}))
-    if max(given) != found:
-        raise OFAError(
-            f"{field_label(ImportConfig, name)}: the largest choice must be {found} (the checkpoint's), "
-            f"got {list(given)}"
-        )
-    return tuple(sorted(set(given)))
 
 
 def infer_space(
@@ -204,11 +141,11 @@ def infer_space(
     if "blocks.0.conv.inverted_bottleneck.conv.weight" in state:
         raise OFAError(f"{source}: blocks.0 has an expand conv; OFA-MobileNetV3's first block has none")
     max_depth = len(numbers) // OFFICIAL_STAGES
-    stem = _shape(state, "first_conv.conv.weight", source, 4)
-    first = _shape(state, "blocks.0.conv.point_linear.conv.weight", source, 4)
+    stem = shape(state, "first_conv.conv.weight", source, 4)
+    first = shape(state, "blocks.0.conv.point_linear.conv.weight", source, 4)
     stages = tuple(
         StageSpec(
-            _shape(state, f"blocks.{1 + s * max_depth}.conv.point_linear.conv.weight", source, 4)[0],
+            shape(state, f"blocks.{1 + s * max_depth}.conv.point_linear.conv.weight", source, 4)[0],
             OFFICIAL_STRIDES[s],
             f"blocks.{1 + s * max_depth}.conv.depth_conv.se.fc.reduce.weight" in state,
             OFFICIAL_ACTS[s],
@@ -217,38 +154,22 @@ def infer_space(
     )
     return SearchSpace(
         stages=stages,
-        kernels=_kernel_set(state, source),
-        expands=_choices(_max_expand(state, source, len(numbers)), expands, PAPER_EXPANDS, "expands"),
-        depths=_choices(max_depth, depths, PAPER_DEPTHS, "depths"),
+        kernels=kernel_set(state, source),
+        expands=paper_choices(max_expand(state, source, len(numbers)), expands, PAPER_EXPANDS, "expands"),
+        depths=paper_choices(max_depth, depths, PAPER_DEPTHS, "depths"),
         resolutions=PAPER_RESOLUTIONS,
         stem_width=stem[0],
         first_width=first[0],
-        final_expand_width=_shape(state, "final_expand_layer.conv.weight", source, 4)[0],
-        feature_width=_shape(state, "feature_mix_layer.conv.weight", source, 4)[0],
+        final_expand_width=shape(state, "final_expand_layer.conv.weight", source, 4)[0],
+        feature_width=shape(state, "feature_mix_layer.conv.weight", source, 4)[0],
         in_channels=stem[1],
-        num_classes=_shape(state, "classifier.linear.weight", source, 2)[0],
+        num_classes=shape(state, "classifier.linear.weight", source, 2)[0],
     )
 
 
 def load_official_weights(net: OFAMobileNetV3, state: Mapping[str, torch.Tensor], source: str) -> OFAMobileNetV3:
     """Copy every official tensor into ``net``: each key known, none missing, every shape equal."""
-    key_map = official_key_map(net.space)
-    ours = net.state_dict()
-    extra = sorted(set(state) - set(key_map))
-    if extra:
-        raise OFAError(f"{source}: unexpected key {extra[0]!r} for an OFA-MobileNetV3 of the inferred space")
-    missing = sorted(set(key_map) - set(state))
-    if missing:
-        raise OFAError(f"{source}: missing key {missing[0]!r}")
-    for official, mine in key_map.items():
-        if tuple(state[official].shape) != tuple(ours[mine].shape):
-            raise OFAError(
-                f"{source}: {official} has shape {list(state[official].shape)}, expected "
-                f"{list(ours[mine].shape)} for the inferred space"
-            )
-        ours[mine] = state[official]
-    net.load_state_dict(ours)
-    return net
+    return load_by_key_map(net, state, official_key_map(net.space), source, "an OFA-MobileNetV3")
 
 
 def check_official_layout(space: SearchSpace) -> None:
@@ -286,50 +207,13 @@ def to_official_state(net: OFAMobileNetV3) -> dict[str, torch.Tensor]:
     }
 
 
-@dataclass(frozen=True)
-class ImportConfig:
-    """Settings of ``ofa import`` (its options): choice lists the shapes cannot tell, and optional transfer surgery."""
-
-    expands: tuple[int, ...] | None = field(
-        default=None,
-        metadata={
-            "metavar": "E,E,..",
-            "help": "expand ratio choices (default: the paper's 3,4,6 up to the checkpoint's largest)",
-        },
-    )
-    depths: tuple[int, ...] | None = field(
-        default=None,
-        metadata={
-            "metavar": "D,D,..",
-            "help": "depth choices (default: the paper's 2,3,4 up to the checkpoint's largest)",
-        },
-    )
-    num_classes: int | None = field(
-        default=None, metadata={"metavar": "N", "help": "replace the classifier by a fresh N-way one"}
-    )
-    in_channels: int | None = field(
-        default=None,
-        metadata={"metavar": "C", "help": "input channels (1: the stem's RGB weights are summed, for grayscale data)"},
-    )
-    seed: int = field(default=0, metadata={"help": "seed of the fresh classifier"})
-
-    def __post_init__(self) -> None:
-        for name in ("expands", "depths"):
-            values = getattr(self, name)
-            if values is not None and (not values or min(values) < 1):
-                raise OFAError(f"{field_label(ImportConfig, name)}: expected positive integers, got {list(values)}")
-        for name in ("num_classes", "in_channels"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise OFAError(f"{field_label(ImportConfig, name)}: must be positive, got {value}")
-
-
-def import_official(path: str | Path, config: ImportConfig = ImportConfig()) -> OFAMobileNetV3:
+def import_official(path: str | Path, config: ImportConfig | None = None) -> OFAMobileNetV3:
     """Our supernet computing what the official checkpoint at ``path`` computes (then the transfer surgery).
 
     ``net.meta`` carries the official preprocessing and where the weights came from; its BN
     statistics are the supernet's, so each subnet needs BN recalibration before it is deployed.
     """
+    config = config or ImportConfig()
     source = str(path)
     state = read_official(path)
     space = infer_space(state, source, config.expands, config.depths)

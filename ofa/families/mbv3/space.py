@@ -7,14 +7,14 @@ and the gene encoding (``ofa.families.mbv3.encoding``) all derive what they need
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from timm.layers import make_divisible
 
+from ofa.families.choices import fmt_choices, parse_int_tuple
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.layers import LayerSpec, mid_channels
 from ofa.utils.errors import SpaceError
@@ -114,7 +114,7 @@ class SearchSpace:
             if name == "stages":
                 kwargs[name] = _parse_stages(value, f"{source}.stages")
             elif name in ("kernels", "expands", "depths", "resolutions"):
-                kwargs[name] = _parse_int_tuple(value, f"{source}.{name}")
+                kwargs[name] = parse_int_tuple(value, f"{source}.{name}")
             elif name in ("stem_act", "head_act"):
                 kwargs[name] = value
             elif name in ("width_mult", "dropout"):
@@ -265,7 +265,7 @@ class SearchSpace:
         What the gene encoding needs: a space restricted to fewer resolutions encodes its parent's archs.
         """
         if arch.resolution not in self.resolutions:
-            raise SpaceError(f"{source}.resolution: {arch.resolution} is not one of {_fmt_choices(self.resolutions)}")
+            raise SpaceError(f"{source}.resolution: {arch.resolution} is not one of {fmt_choices(self.resolutions)}")
         for name, values, length, choices in (
             ("depths", arch.depths, self.num_stages, self.depths),
             ("kernels", arch.kernels, self.num_slots, self.kernels),
@@ -354,26 +354,6 @@ class SearchSpace:
         for s in range(self.num_stages):
             for j in range(arch.depths[s]):
                 yield s, j, next(specs)
-
-
-def _fmt_choices(values: Sequence[int]) -> str:
-    values = list(values)
-    if len(values) > 6:
-        steps = {b - a for a, b in itertools.pairwise(values)}
-        if len(steps) == 1:
-            return f"{values[0]}..{values[-1]} step {steps.pop()}"
-    return str(values)
-
-
-def _parse_int_tuple(value: Any, source: str) -> tuple[int, ...]:
-    if isinstance(value, Mapping) and set(value) <= {"start", "stop", "step"}:
-        try:
-            return tuple(range(int(value["start"]), int(value["stop"]) + 1, int(value.get("step", 1))))
-        except (KeyError, TypeError, ValueError):
-            raise SpaceError(f"{source}: range needs integer start, stop and optional step") from None
-    if not isinstance(value, list | tuple) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise SpaceError(f"{source}: expected a list of integers, got {value!r}")
-    return tuple(value)
 
 
 def _parse_stages(value: Any, source: str) -> tuple[StageSpec, ...]:

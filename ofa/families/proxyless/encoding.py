@@ -8,45 +8,26 @@ operators, canonical rows, the dense cost tables (`terms`) and the predictor's f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
+from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints
+from ofa.families.mbv3.encoding import SlotFeatures
 from ofa.families.proxyless.arch import ProxylessArch
 from ofa.families.proxyless.space import ProxylessSpace
 
 GENE_ORDER = ("resolution", "depths", "kernels", "expands")  # gene groups, in column order
 
 
-@dataclass(frozen=True)
-class CostTerm:
-    """Layers whose cost depends on a few gene columns; a subnet's cost is the sum of its active terms.
-
-    ``layers(*values)`` takes the choice VALUES of ``columns`` in order and returns the layers it runs.
-    (The same dataclass as the registry's ``ofa.families.genes.CostTerm``, kept here until that lands.)
-    """
-
-    columns: tuple[int, ...]
-    layers: Callable[..., Sequence[Any]]
-
-
-def _frozen(values: Sequence[int] | np.ndarray) -> np.ndarray:
-    out = np.asarray(values, dtype=np.int64)
-    out.flags.writeable = False
-    return out
-
-
 @dataclass(frozen=True, eq=False)
-class GeneLayout:
+class GeneLayout(GeneLayoutBase):
     """Column layout of the gene rows of one space; get it with ``GeneLayout.of(space)`` (built once per space)."""
 
     space: ProxylessSpace
-    slices: Mapping[str, slice]  # columns of each gene group (GENE_ORDER)
-    choices: tuple[tuple[int, ...], ...]  # choice values of each gene
-    sizes: np.ndarray  # number of choices of each gene
     depth_values: np.ndarray  # the depth choices
     slot_stage: np.ndarray  # stage of each block slot
     slot_index: np.ndarray  # position of each block slot within its stage
@@ -74,24 +55,11 @@ class GeneLayout:
             space,
             slices,
             tuple(choices),
-            _frozen([len(c) for c in choices]),
-            _frozen(space.depths),
-            _frozen([s for s, _ in slots]),
-            _frozen([j for _, j in slots]),
+            frozen_ints([len(c) for c in choices]),
+            frozen_ints(space.depths),
+            frozen_ints([s for s, _ in slots]),
+            frozen_ints([j for _, j in slots]),
         )
-
-    @property
-    def genes(self) -> int:
-        return len(self.choices)
-
-    @property
-    def resolution(self) -> int:
-        """Column of the resolution gene."""
-        return self.slices["resolution"].start
-
-    def as_rows(self, rows: np.ndarray) -> np.ndarray:
-        """``rows`` as an (n, genes) int64 array (a single row becomes one row)."""
-        return np.asarray(rows, dtype=np.int64).reshape(-1, self.genes)
 
     # ----------------------------------------------------------------- archs <-> rows
     def encode(self, arch: ProxylessArch, source: str = "arch") -> np.ndarray:
@@ -99,9 +67,6 @@ class GeneLayout:
         self.space.check_choices(arch, source)
         values = (arch.resolution, *arch.depths[:-1], *arch.kernels, *arch.expands)
         return np.array([c.index(v) for c, v in zip(self.choices, values, strict=True)], dtype=np.int64)
-
-    def encode_many(self, archs: Sequence[ProxylessArch]) -> np.ndarray:
-        return np.stack([self.encode(a) for a in archs]) if len(archs) else np.zeros((0, self.genes), np.int64)
 
     def decode(self, row: np.ndarray) -> ProxylessArch:
         vals = [self.choices[i][int(g)] for i, g in enumerate(np.asarray(row).ravel())]
@@ -125,11 +90,17 @@ class GeneLayout:
         fixed = np.ones((len(slots), self.slices["depths"].stop), dtype=bool)
         return np.concatenate([fixed, slots, slots], axis=1)
 
-    def canonical(self, rows: np.ndarray) -> np.ndarray:
-        """Rows with the genes they do not use set to choice 0: one row per distinct subnet."""
-        rows = np.array(rows, dtype=np.int64).reshape(-1, self.genes)
-        rows[~self.active(rows)] = 0
-        return rows
+    def every_arch(self, resolution: int) -> Iterator[ProxylessArch]:
+        """Every distinct subnet at ``resolution`` once (unused slots take the first choice)."""
+        space = self.space
+        blocks = list(itertools.product(space.kernels, space.expands))
+        for depths in itertools.product(space.depths, repeat=space.num_stages - 1):
+            for stages in itertools.product(*(itertools.product(blocks, repeat=d) for d in (*depths, 1))):
+                kernels, expands = [space.kernels[0]] * space.num_slots, [space.expands[0]] * space.num_slots
+                for s, stage in enumerate(stages):
+                    for j, (k, e) in enumerate(stage):
+                        kernels[space.slot(s, j)], expands[space.slot(s, j)] = k, e
+                yield ProxylessArch(resolution, (*depths, 1), tuple(kernels), tuple(expands))
 
     # ----------------------------------------------------------------- cost terms
     @property
@@ -161,24 +132,6 @@ class GeneLayout:
         rows[:, self.slices["kernels"]] = choice // n_exp
         rows[:, self.slices["expands"]] = choice % n_exp
         return rows
-
-    # ----------------------------------------------------------------- random operators (OFA's)
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` uniform random archs as gene rows."""
-        return (rng.random((n, self.genes)) * self.sizes).astype(np.int64)
-
-    def mutate(
-        self, rows: np.ndarray, rng: np.random.Generator, prob: float = 0.1, resolution_prob: float = 0.5
-    ) -> np.ndarray:
-        """Redraw each gene with probability ``prob`` (the resolution with ``resolution_prob``), as OFA."""
-        p = np.full(rows.shape[1], prob)
-        p[self.resolution] = resolution_prob
-        redraw = rng.random(rows.shape) < p
-        return np.where(redraw, self.sample(rows.shape[0], rng), rows)
-
-    def crossover(self, a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Uniform crossover: each gene from either parent with probability 1/2."""
-        return np.where(rng.random(a.shape) < 0.5, a, b)
 
 
 @lru_cache(maxsize=16)
@@ -222,35 +175,8 @@ def sample_arch(
     )
 
 
-class ArchEncoder:
-    """Gene rows -> the predictor's features (OFA's MobileNetArchEncoder).
-
-    Per block slot a one-hot kernel and a one-hot expand ratio, all zeros for slots past the
-    stage's depth (the depth is implicit), then a one-hot resolution. A whole population is
-    encoded with one scatter.
-    """
+class ArchEncoder(SlotFeatures):
+    """Gene rows -> the predictor's features (`SlotFeatures`: mbv3's, over this family's block slots)."""
 
     def __init__(self, space: ProxylessSpace) -> None:
-        self.space, self.layout = space, GeneLayout.of(space)
-        self.n_kernels, self.n_expands = len(space.kernels), len(space.expands)
-        self.per_slot = self.n_kernels + self.n_expands
-        self.res_offset = space.num_slots * self.per_slot
-        self.dim = self.res_offset + len(space.resolutions)
-        self._slot_offset = np.arange(space.num_slots) * self.per_slot
-
-    def encode_rows(self, rows: np.ndarray) -> np.ndarray:
-        """(n, dim) float32 features of integer gene rows."""
-        lay = self.layout
-        rows = lay.as_rows(rows)
-        n = rows.shape[0]
-        active = lay.active_slots(rows).astype(np.float32)
-        out = np.zeros((n, self.dim), dtype=np.float32)
-        at = np.arange(n)[:, None]
-        out[at, self._slot_offset + rows[:, lay.slices["kernels"]]] = active
-        out[at, self._slot_offset + self.n_kernels + rows[:, lay.slices["expands"]]] = active
-        out[np.arange(n), self.res_offset + rows[:, lay.resolution]] = 1.0
-        return out
-
-    def encode(self, archs: ProxylessArch | Sequence[ProxylessArch]) -> np.ndarray:
-        archs = [archs] if isinstance(archs, ProxylessArch) else list(archs)
-        return self.encode_rows(self.layout.encode_many(archs))
+        super().__init__(space, GeneLayout.of(space))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from timm.layers import BatchNormAct2d, SelectAdaptivePool2d, create_conv2d
 from timm.models._efficientnet_blocks import DepthwiseSeparableConv, InvertedResidual
@@ -45,6 +46,10 @@ class LayerSpec:
             f"{self.kind}:in={self.in_hw}x{self.in_hw}x{self.in_c}:out={self.out_c}:k={self.kernel}"
             f":mid={self.mid}:s={self.stride}"
         )
+
+    def card_cells(self) -> dict[str, str]:
+        """The model card's columns for this layer between its widths and its MACs (header -> cell)."""
+        return {"kernel": str(self.kernel), "mid channels": str(self.mid or ""), "stride": str(self.stride)}
 
     @classmethod
     def from_key(cls, key: str) -> LayerSpec:
@@ -94,8 +99,9 @@ def _norm_act(channels: int) -> nn.Module:
     return BatchNormAct2d(channels, eps=BN_EPS, act_layer=nn.ReLU6)
 
 
-def layer_module(spec: LayerSpec) -> nn.Module:
-    """The standalone timm module that runs ``spec`` as the static subnet runs it (random weights, eval mode)."""
+def layer_module(space: Any, spec: LayerSpec) -> nn.Module:
+    """The standalone timm module (eval mode) that runs ``spec`` as the static subnet runs it, on inputs of
+    shape ``(batch, spec.in_c, spec.in_hw, spec.in_hw)``; ``space`` (the family interface's) tells nothing more."""
     norm = partial(nn.BatchNorm2d, eps=BN_EPS)
     if spec.kind == "stem":
         conv = create_conv2d(spec.in_c, spec.out_c, spec.kernel, stride=spec.stride)
@@ -121,8 +127,3 @@ def layer_module(spec: LayerSpec) -> nn.Module:
     else:
         raise SpaceError(f"unknown layer kind {spec.kind!r}")
     return module.eval()
-
-
-def input_shape(spec: LayerSpec, batch: int = 1) -> tuple[int, int, int, int]:
-    """The input tensor shape `layer_module(spec)` takes."""
-    return (batch, spec.in_c, spec.in_hw, spec.in_hw)

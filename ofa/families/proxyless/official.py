@@ -12,30 +12,27 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from timm.models import adapt_input_conv
 
-from ofa.families.mbv3.official import (
-    OFFICIAL_PREPROCESS,
-    PAPER_DEPTHS,
-    PAPER_EXPANDS,
+from ofa.families.mbv3.official import OFFICIAL_PREPROCESS, PAPER_DEPTHS, PAPER_EXPANDS
+from ofa.families.mbv3.official_shapes import (
     ImportConfig,
-    ImportResult,
-    _choices,
-    _kernel_set,
-    _max_expand,
-    _shape,
     canonical_key,
+    canonical_state,
+    kernel_set,
+    max_expand,
+    paper_choices,
+    shape,
 )
-from ofa.families.mbv3.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT
+from ofa.families.mbv3.transfer import fold_input_channels, rehead
 from ofa.families.proxyless.space import PAPER_RESOLUTIONS, ProxylessSpace, StageSpec
 from ofa.families.proxyless.supernet import OFAProxylessNAS
+from ofa.families.supernet_file import load_by_key_map, read_official_state
 from ofa.utils.errors import OFAError
-from ofa.utils.io import file_sha256, load_torch
+from ofa.utils.io import file_sha256
 
 # The official skeleton: what shapes cannot tell.
 OFFICIAL_STRIDES = (2, 2, 2, 1, 2, 1)
@@ -91,29 +88,13 @@ def matches(state_dict: Mapping[str, Any]) -> bool:
 
 def read_official(path: str | Path) -> dict[str, torch.Tensor]:
     """The state dict of an official OFA-ProxylessNAS checkpoint, canonical names, floats as fp32."""
-    obj = load_torch(path, "official OFA checkpoint")
-    if obj.get("format") in (SUPERNET_FORMAT, CHECKPOINT_FORMAT):
-        raise OFAError(f"{path}: already an {obj['format']} file of this toolkit; load it directly, nothing to import")
-    state = obj.get("state_dict", obj)
-    if not isinstance(state, Mapping) or not state:
-        raise OFAError(f"{path}: no state_dict in the checkpoint (keys: {sorted(map(str, obj))[:5]})")
-    bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
-    if bad is not None:
-        raise OFAError(
-            f"{path}: not an OFA-ProxylessNAS checkpoint (entry {bad!r} is a {type(state[bad]).__name__}, not a tensor)"
-        )
+    state = read_official_state(path)
     if not matches(state):
         raise OFAError(
             f"{path}: not an OFA-ProxylessNAS checkpoint (no first_conv, first block, feature-mix BN and elastic "
             f"blocks of OFAProxylessNASNets; found {', '.join(sorted(map(str, state))[:3])}, ...)"
         )
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        name = canonical_key(str(key))
-        if name in out:
-            raise OFAError(f"{path}: keys {key!r} and another name the same tensor {name!r}")
-        out[name] = value.float() if value.is_floating_point() else value
-    return out
+    return canonical_state(state, path)
 
 
 def official_key_map(space: ProxylessSpace) -> dict[str, str]:
@@ -149,64 +130,28 @@ def infer_space(
         )
     max_depth = (n - 1) // _ELASTIC_STAGES
     firsts = [1 + s * max_depth for s in range(_ELASTIC_STAGES)] + [n]
-    stem = _shape(state, "first_conv.conv.weight", source, 4)
+    stem = shape(state, "first_conv.conv.weight", source, 4)
     stages = tuple(
-        StageSpec(_shape(state, f"blocks.{b}.conv.point_linear.conv.weight", source, 4)[0], stride)
+        StageSpec(shape(state, f"blocks.{b}.conv.point_linear.conv.weight", source, 4)[0], stride)
         for b, stride in zip(firsts, OFFICIAL_STRIDES)
     )
     return ProxylessSpace(
         stages=stages,
-        kernels=_kernel_set(state, source),
-        expands=_choices(_max_expand(state, source, n), expands, PAPER_EXPANDS, "expands"),
-        depths=_choices(max_depth, depths, PAPER_DEPTHS, "depths"),
+        kernels=kernel_set(state, source),
+        expands=paper_choices(max_expand(state, source, n), expands, PAPER_EXPANDS, "expands"),
+        depths=paper_choices(max_depth, depths, PAPER_DEPTHS, "depths"),
         resolutions=PAPER_RESOLUTIONS,
         stem_width=stem[0],
-        first_width=_shape(state, "blocks.0.conv.point_linear.conv.weight", source, 4)[0],
-        feature_width=_shape(state, "feature_mix_layer.conv.weight", source, 4)[0],
+        first_width=shape(state, "blocks.0.conv.point_linear.conv.weight", source, 4)[0],
+        feature_width=shape(state, "feature_mix_layer.conv.weight", source, 4)[0],
         in_channels=stem[1],
-        num_classes=_shape(state, "classifier.linear.weight", source, 2)[0],
+        num_classes=shape(state, "classifier.linear.weight", source, 2)[0],
     )
 
 
 def load_official_weights(net: OFAProxylessNAS, state: Mapping[str, torch.Tensor], source: str) -> OFAProxylessNAS:
     """Copy every official tensor into ``net``: each key known, none missing, every shape equal."""
-    key_map = official_key_map(net.space)
-    ours = net.state_dict()
-    extra = sorted(set(state) - set(key_map))
-    if extra:
-        raise OFAError(f"{source}: unexpected key {extra[0]!r} for an OFA-ProxylessNAS of the inferred space")
-    missing = sorted(set(key_map) - set(state))
-    if missing:
-        raise OFAError(f"{source}: missing key {missing[0]!r}")
-    for official, mine in key_map.items():
-        if tuple(state[official].shape) != tuple(ours[mine].shape):
-            raise OFAError(
-                f"{source}: {official} has shape {list(state[official].shape)}, expected "
-                f"{list(ours[mine].shape)} for the inferred space"
-            )
-        ours[mine] = state[official]
-    net.load_state_dict(ours)
-    return net
-
-
-def _adapt(net: OFAProxylessNAS, config: ImportConfig) -> OFAProxylessNAS:
-    """The transfer surgery of ``ofa import``: a fresh seeded classifier, a stem for other input channels."""
-    space = net.space
-    in_channels = space.in_channels if config.in_channels is None else config.in_channels
-    num_classes = space.num_classes if config.num_classes is None else config.num_classes
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        new = OFAProxylessNAS(replace(space, in_channels=in_channels, num_classes=num_classes))
-    state = dict(net.state_dict())
-    state["conv_stem.weight"] = adapt_input_conv(in_channels, state["conv_stem.weight"].clone())
-    if config.num_classes is not None:
-        state.update({k: v for k, v in new.state_dict().items() if k.startswith("classifier.")})
-    new.load_state_dict(state)
-    meta = dict(net.meta)
-    if in_channels != space.in_channels:
-        meta.update({key: [sum(meta[key]) / len(meta[key])] * in_channels for key in ("mean", "std")})
-    new.meta = {**meta, **({"fresh_classifier": True} if config.num_classes is not None else {})}
-    return new
+    return load_by_key_map(net, state, official_key_map(net.space), source, "an OFA-ProxylessNAS")
 
 
 def import_official(path: str | Path, config: ImportConfig | None = None) -> OFAProxylessNAS:
@@ -229,13 +174,8 @@ def import_official(path: str | Path, config: ImportConfig | None = None) -> OFA
         },
         "bn_recalibration": "required: official subnets are evaluated with per-subnet BN statistics",
     }
-    if config.in_channels not in (None, space.in_channels) or config.num_classes is not None:
-        net = _adapt(net, config)
+    if config.in_channels is not None and config.in_channels != space.in_channels:
+        net = fold_input_channels(net, config.in_channels)
+    if config.num_classes is not None:
+        net = rehead(net, config.num_classes, config.seed)
     return net
-
-
-def import_official_file(path: str | Path, out: str | Path, config: ImportConfig | None = None) -> ImportResult:
-    """Import the official checkpoint at ``path`` and write our supernet file to ``out`` (atomically)."""
-    net = import_official(path, config)
-    written = net.save(out, meta=net.meta)
-    return ImportResult(written, net.space, len(net.state_dict()), net.meta)

@@ -15,8 +15,8 @@ from typing import Any
 
 from timm.layers import make_divisible
 
+from ofa.families.choices import fmt_choices, parse_int_tuple
 from ofa.families.mbv3.layers import mid_channels
-from ofa.families.mbv3.space import _fmt_choices, _parse_int_tuple
 from ofa.families.proxyless.arch import FAMILY, ProxylessArch
 from ofa.families.proxyless.layers import LayerSpec
 from ofa.utils.errors import SpaceError
@@ -238,7 +238,7 @@ class ProxylessSpace:
         if not isinstance(arch, ProxylessArch):
             raise SpaceError(f"{source}: a {type(arch).__name__} is not an OFA-ProxylessNAS arch")
         if arch.resolution not in self.resolutions:
-            raise SpaceError(f"{source}.resolution: {arch.resolution} is not one of {_fmt_choices(self.resolutions)}")
+            raise SpaceError(f"{source}.resolution: {arch.resolution} is not one of {fmt_choices(self.resolutions)}")
         last = self.num_stages - 1
         for name, values, length, choices in (
             ("depths", arch.depths, self.num_stages, self.depths),
@@ -306,7 +306,7 @@ def _parse_field(name: str, value: Any, source: str) -> Any:
     if name == "stages":
         return _parse_stages(value, source)
     if name in ELASTIC_DIMS:
-        return _parse_int_tuple(value, source)
+        return parse_int_tuple(value, source)
     if name in ("width_mult", "dropout"):
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise SpaceError(f"{source}: expected a number, got {value!r}")

@@ -11,7 +11,7 @@ from timm.models._efficientnet_builder import decode_arch_def, round_channels
 from timm.models.efficientnet import EfficientNet
 from torch import nn
 
-from ofa.families.mbv3.subnet import count_macs, count_params
+from ofa.families.counts import count_macs, count_params
 from ofa.families.proxyless.arch import ProxylessArch
 from ofa.families.proxyless.layers import BN_EPS
 from ofa.families.proxyless.space import ProxylessSpace
