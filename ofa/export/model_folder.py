@@ -89,7 +89,7 @@ def hf_config(content: FolderContent) -> dict[str, Any]:
     return {
         "architecture": timm.architecture,
         "num_classes": space.num_classes,
-        "num_features": timm.num_features(space),
+        "num_features": timm.num_features(content.model),
         "global_pool": "avg",
         "pretrained_cfg": pretrained,
         "label_names": prep.class_names,

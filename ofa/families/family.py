@@ -26,7 +26,7 @@ class TimmFolder:
     snippet: str  # lines rebuilding the model with timm alone; placeholders {config}, {weights}, {key}
     first_conv: str  # pretrained_cfg's module names
     classifier: str
-    num_features: Callable[[Any], int]  # space -> width of the features the classifier reads
+    num_features: Callable[[Any], int]  # the built timm subnet -> width of the features its classifier reads
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class Family:
     space_type: type  # from_dict(d, source), to_dict, fingerprint, validate, layers, elastic_dims...
     presets: Mapping[str, Callable[[], Any]]  # preset name -> its space
     arch_type: type  # from_dict(d, source), from_ofa_config(config, resolution, source), to_ofa_config...
+    # (space, official subnet config, source) -> the arch of ``space`` it runs (what an arch file may hold instead)
+    official_arch: Callable[[Any, Mapping[str, Any], str], Any]
     supernet_type: type  # supernet_type(space): set_active, sample_active, extract, save/load
     layer_type: type  # LayerSpec: key, from_key(key), macs, params
     layout: Callable[[Any], Any]  # space -> its gene layout (ofa.families.genes.GeneLayoutBase), cached

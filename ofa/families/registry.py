@@ -14,6 +14,7 @@ from typing import Any
 
 from ofa.families.family import Family
 from ofa.families.mbv3.family import MBV3
+from ofa.families.resnet.family import RESNET
 from ofa.families.supernet_file import read_record, read_space_dict
 from ofa.utils.errors import OFAError, SpaceError
 from ofa.utils.io import read_text
@@ -30,7 +31,7 @@ def register(family: Family) -> Family:
     return family
 
 
-for _family in (MBV3,):  # the known families
+for _family in (MBV3, RESNET):  # the known families
     register(_family)
 
 
@@ -93,17 +94,18 @@ def _without_default_family(d: Mapping[str, Any]) -> Mapping[str, Any]:
 def arch_from_any(space: Any, d: Any, source: str = "arch") -> Any:
     """An arch mapping of ours, or an official subnet config of ``space``'s family (it has ``d``, not ``depths``)."""
     if isinstance(d, Mapping) and "d" in d and "depths" not in d:
-        return family_of(space).arch_type.from_ofa_config(d, source=source)
+        return family_of(space).official_arch(space, d, source)
     return arch_from_dict(space, d, source)
 
 
 def load_arch(space: Any, path: str | Path) -> Any:
-    """Read an arch file of ``space``'s family; a missing or malformed file is one line naming it."""
+    """Read an arch file of ``space``'s family (or an official subnet config); a missing or malformed file is
+    one line naming it."""
     path = Path(path)
     if not path.is_file():
         raise SpaceError(f"{path}: arch file not found")
     text = read_text(path, "arch file")
-    return arch_from_dict(space, _json_object(text, str(path)), str(path))
+    return arch_from_any(space, _json_object(text, str(path)), str(path))
 
 
 def load_supernet(path: str | Path) -> Any:

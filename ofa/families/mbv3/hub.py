@@ -33,5 +33,5 @@ MBV3_FOLDER = TimmFolder(
     snippet=SNIPPET,
     first_conv="conv_stem",
     classifier="classifier",
-    num_features=lambda space: space.feature_channels,
+    num_features=lambda model: model.head_hidden_size,  # the conv head's width (timm's num_features is its input)
 )

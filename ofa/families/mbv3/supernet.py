@@ -16,10 +16,8 @@ from ofa.families.mbv3.elastic import ElasticMBConv, kernel_matrices
 from ofa.families.mbv3.encoding import sample_arch
 from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.subnet import build_subnet, timm_args, timm_model
-from ofa.families.supernet_file import SAFETENSORS, SUPERNET_FORMAT, read_record
+from ofa.families.supernet_file import read_record, write_supernet
 from ofa.utils.errors import OFAError
-from ofa.utils.io import save_torch
-from ofa.utils.weights import save_safetensors
 
 
 class OFAMobileNetV3(nn.Module):
@@ -144,14 +142,8 @@ class OFAMobileNetV3(nn.Module):
 
     # ----------------------------------------------------------------- files
     def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> Path:
-        """Supernet file: space + weights (+ plain metadata such as data normalization).
-
-        A ``.safetensors`` path writes safetensors with the rest as JSON in its header (no pickle at all).
-        """
-        record = {"format": SUPERNET_FORMAT, "space": self.space.to_dict(), "meta": meta or {}}
-        if Path(path).suffix == SAFETENSORS:
-            return save_safetensors(path, self.state_dict(), record)
-        return save_torch(path, {**record, "state_dict": self.state_dict()})
+        """Supernet file: space + weights (+ plain metadata such as data normalization); see ``write_supernet``."""
+        return write_supernet(path, self, meta)
 
     @classmethod
     def load(cls, path: str | Path) -> OFAMobileNetV3:
