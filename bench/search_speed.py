@@ -1,6 +1,6 @@
-"""Search speed and quality: one search with the official OFA settings on the mbv3 space.
+"""Search speed and quality: one search with the official OFA settings on a family's published space.
 
-Population 100, 500 generations, a fixed randomly initialised predictor (3 x 400 MLP), the mbv3
+Population 100, 500 generations, a fixed randomly initialised predictor (3 x 400 MLP), the space's
 latency table from latency_tables/ (a synthetic per-layer cost if none exists yet, and it says so),
 budget = the 30th percentile of random subnets' latency. Prints the wall time of the whole search
 (evolution + Pareto front; target <= 1 s, the official EvolutionFinder takes about 100 s), and the
@@ -28,19 +28,22 @@ from search.predictor.model import AccuracyPredictor
 from search.search_config import EvolutionConfig, SearchConfig
 
 
-def latency_model() -> tuple[Space, object, str]:
-    """(space, latency, label): the mbv3 table and the space it was measured for (the paper space,
-    or its subset of resolutions), else the paper space with a synthetic cost (MACs plus a per-layer charge)."""
-    why = "no latency_tables/*mbv3*.yaml yet"
-    for path in sorted((ROOT / "latency_tables").glob("*mbv3*.yaml")):
+def latency_model(preset: str = "mbv3") -> tuple[Space, object, str]:
+    """(space, latency, label): the table of the ``preset`` space (``latency_tables/*<preset>*.yaml``) and the
+    space it was measured for (the preset, or its subset of resolutions), else the preset space with a
+    synthetic cost (MACs plus a per-layer charge, more with squeeze-excite)."""
+    why = f"no latency_tables/*{preset}*.yaml yet"
+    for path in sorted((ROOT / "latency_tables").glob(f"*{preset}*.yaml")):
         try:
             table = LatencyTable.load(path)
         except OFAError as exc:
             why = str(exc)
             continue
         return table.space, table, str(path.relative_to(ROOT))
-    space = space_from_arg("mbv3")
-    cost = DenseCost.from_layer_cost(space, lambda layer: layer.macs / 2e8 + 0.02 + 0.01 * layer.se, overhead=0.3)
+    space = space_from_arg(preset)
+    cost = DenseCost.from_layer_cost(
+        space, lambda layer: layer.macs / 2e8 + 0.02 + 0.01 * getattr(layer, "se", False), overhead=0.3
+    )
     return space, cost, f"synthetic ({why})"
 
 
@@ -58,11 +61,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--space", default="mbv3", help="a family's preset space (mbv3, ofa_resnet50)")
     ap.add_argument("--latency-ms", type=float, help="budget (default: 30th percentile of random subnets)")
     ap.add_argument("--random", type=int, default=10_000, help="random feasible subnets to compare with")
     args = ap.parse_args()
 
-    space, latency, table = latency_model()
+    space, latency, table = latency_model(args.space)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(args.seed)
         predictor = AccuracyPredictor(space, target_mean=75.0, target_std=5.0).eval()
@@ -83,6 +87,7 @@ def main() -> None:
         "cpu_seconds": round(cpu_seconds, 3),
         "evolution_seconds": round(found.seconds, 3),
         "target_seconds": 1.0,
+        "space": args.space,
         "table": table,
         "latency_budget_ms": round(budget, 4),
         "found_top1": round(found.arch.extra["predicted_top1"], 4),
