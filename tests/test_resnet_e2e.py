@@ -21,6 +21,7 @@ from test_model_folder import REBUILD, card_snippet
 from ofa.cli import main
 from ofa.data.datasets import build_data
 from ofa.families.registry import load_supernet
+from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.supernet import OFAResNet
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.timing import Standalone
@@ -60,12 +61,12 @@ def test_pipeline_runs_every_stage_for_a_resnet(run):
 
 
 def test_official_config_exports_a_folder_timm_rebuilds(run, tmp_path, capsys):
-    """An official ``{"d", "e", "w", "r"}`` config is an arch file (its stem depth 1, below the largest, is the
-    skip); the model folder's card lines rebuild the subnet with timm + safetensors alone, logit for logit."""
+    """An official ``{"d", "e", "w", "r"}`` config is an arch file (here with the stem block skipped); the model
+    folder's card lines rebuild the subnet with timm + safetensors alone, logit for logit."""
     out, _ = run
     space = load_supernet(out / "supernet.pt").space
     arch = space.max_arch(8)
-    official = {**arch.to_ofa_config(), "d": [1, *arch.depths[1:]]}  # the official code's d[0] = 1: no stem block
+    official = {**arch.to_ofa_config(), "d": [0, *arch.depths[1:]]}  # d[0] below the largest: no stem block
     (tmp_path / "official.json").write_text(json.dumps(official))
     folder = tmp_path / "subnet"
     args = ["--supernet", str(out / "supernet.pt"), "--arch", str(tmp_path / "official.json"), "--out", str(folder)]
@@ -92,6 +93,15 @@ def test_official_config_exports_a_folder_timm_rebuilds(run, tmp_path, capsys):
         expected = load_subnet(folder)(x).numpy()
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
     assert np.abs(ort_logits(folder / "model.onnx", x.numpy()) - expected).max() <= 1e-4
+
+
+def test_official_stem_depths_below_the_largest_are_the_skip():
+    """The official code skips the stem block for any ``d[0]`` below its largest depth; so does our arch."""
+    space = ResNetSpace.ofa_resnet50()
+    config = {**space.max_arch(128).to_ofa_config(), "d": [1, 2, 2, 2, 2]}
+    arch = space.validate(space.official_arch(config))
+    assert arch.depths == (0, 2, 2, 2, 2) and not space.stem_block_runs(arch)
+    assert space.official_arch({**config, "d": [2, 2, 2, 2, 2]}) == space.max_arch(128)
 
 
 def test_import_cli_picks_resnet_with_official_parity(tmp_path, capsys):
