@@ -115,6 +115,14 @@ BENCHMARKS: dict[str, Benchmark] = {
             "overhead_min_runs": "runs",
         },
     ),
+    "elastic_overhead_resnet": Benchmark(
+        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--space", "ofa_resnet50"],
+        "as elastic_overhead on the published OFA-ResNet50 space: supernet SGD step / its static timm ByobNet "
+        "twin's, largest, middle and smallest subnet (target ≤ 1.05)",
+        ["-m", "bench.elastic_overhead", "--json", "--rounds", "3", "--space", "ofa_resnet50"],
+        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
+        on_request=True,
+    ),
     "elastic_overhead_same_se": Benchmark(
         ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--same-se"],
         "as elastic_overhead, but the static twin runs the supernet's squeeze-excite code (matmuls on the "
@@ -151,6 +159,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         "seconds of one default OFA evolutionary search on the mbv3 table (target ≤ 1 s), "
         "and its result vs the best of 10,000 random feasible subnets",
         ["-m", "bench.search_speed", "--json"],
+        {"seconds": "seconds", "found_top1": "found top-1", "random_best_top1": "best random top-1"},
+    ),
+    "search_speed_resnet": Benchmark(
+        ["-m", "bench.search_speed", "--json", "--space", "ofa_resnet50"],
+        "as search_speed on the published OFA-ResNet50 space (its table in latency_tables/, else a synthetic "
+        "cost; target ≤ 1 s)",
+        ["-m", "bench.search_speed", "--json", "--space", "ofa_resnet50", "--random", "1000"],
         {"seconds": "seconds", "found_top1": "found top-1", "random_best_top1": "best random top-1"},
     ),
     "pipeline_demo": Benchmark(
@@ -265,6 +280,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5)",
         ["-m", "bench.official_import", "--json"],
         {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
+    ),
+    "official_import_resnet": Benchmark(
+        ["-m", "bench.official_import", "--json", "--family", "resnet"],
+        "the official OFA-ResNet50 fixture (widths 0.1/0.15/0.2, 8 subnets) imported: max abs logit difference "
+        "of supernet and extracted timm ByobNet subnets vs the official network (target ≤ 1e-5), and of their "
+        "ONNX exports (target ≤ 1e-4)",
+        ["-m", "bench.official_import", "--json", "--family", "resnet"],
+        {"max_abs_diff": "max abs logit diff", "max_abs_diff_onnx": "ONNX", "skipped": "skipped"},
     ),
     "ps_vs_scratch": ps_bench(
         "digits",
