@@ -92,7 +92,7 @@ def test_official_config_exports_a_folder_timm_rebuilds(run, tmp_path, capsys):
     with torch.no_grad():
         expected = load_subnet(folder)(x).numpy()
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
-    assert np.abs(ort_logits(folder / "model.onnx", x.numpy()) - expected).max() <= 1e-4
+    assert np.abs(ort_logits(folder / "model.onnx", x[:1].numpy()) - expected[:1]).max() <= 1e-4  # batch 1 export
 
 
 def test_official_stem_depths_below_the_largest_are_the_skip():
