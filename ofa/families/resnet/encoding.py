@@ -8,7 +8,8 @@ width, the previous stage's width gene, so its cost term spans several width col
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -105,6 +106,16 @@ class GeneLayout(GeneLayoutBase):
         fixed = np.ones((n, self.slices["expands"].start), dtype=bool)
         return np.concatenate([fixed, slots, np.ones((n, self.space.num_widths), dtype=bool)], axis=1)
 
+    def every_arch(self, resolution: int) -> Iterator[ResNetArch]:
+        """Every distinct subnet at ``resolution`` once (unused slots take the first expand)."""
+        space, widths = self.space, range(len(self.space.widths))
+        stem = sorted({min(space.depths), space.max_depth})
+        stages = [list(_stage_settings(space, s)) for s in range(space.num_stages)]
+        for d0, w0, w1, *chosen in itertools.product(stem, widths, widths, *stages):
+            depths = (d0, *(d for _, d, _ in chosen))
+            expands = tuple(e for *_, es in chosen for e in es)
+            yield ResNetArch(resolution, depths, expands, (w0, w1, *(w for w, _, _ in chosen)))
+
     # ----------------------------------------------------------------- cost terms
     @property
     def terms(self) -> tuple[CostTerm, ...]:
@@ -181,6 +192,14 @@ def _terms(layout: GeneLayout) -> tuple[CostTerm, ...]:
     last = space.stage_choices(space.num_stages - 1)
     head = CostTerm((r, w0 + 1 + space.num_stages), lambda res, w: [space.head_layer(res, last[w])])
     return (CostTerm((r, stem_depth, w0, w0 + 1), stem), *(block(i) for i in range(space.num_slots)), head)
+
+
+def _stage_settings(space: ResNetSpace, stage: int) -> Iterator[tuple[int, int, tuple[float, ...]]]:
+    """(width index, extra depth, expand of every slot) of each distinct setting of one stage."""
+    for width, depth in itertools.product(range(len(space.widths)), space.depths):
+        runs = space.base_depths[stage] + depth
+        for expands in itertools.product(space.expands, repeat=runs):
+            yield width, depth, expands + (space.expands[0],) * (space.stage_slots(stage) - runs)
 
 
 def _cheapest_stage(
