@@ -156,7 +156,7 @@ def test_sigkill_then_resume_is_bitwise_for_resnet(tmp_path):
     overrides = ["checkpoint.every_steps=2"]
     reference = train(load_recipe(RECIPE, overrides), tmp_path / "reference")
     out = tmp_path / "run"
-    kill_after = random.randint(2, 5 * 10 - 8)  # 5 epochs of 10 steps
+    kill_after = random.randint(2, 4 * 6 - 8)  # 4 epochs of 6 steps
     cmd = [sys.executable, "-m", "ofa", "train", str(RECIPE), "--out", str(out)]
     returncode = kill_at_step([*cmd, *[a for o in overrides for a in ("--set", o)]], out / "checkpoints", kill_after)
     assert returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
