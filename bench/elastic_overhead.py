@@ -1,18 +1,19 @@
 """Cost of elasticity: one SGD step of the supernet vs the extracted static model.
 
-Forward + backward + optimizer step, batch 16, resolution 128, 1000 classes, the published space of
-``--family`` (mbv3: OFA-MBv3; proxyless: OFA-ProxylessNAS w1.3, its static twin timm's EfficientNet), with the
-largest, a middle (median MACs of 1,000 seeded samples) and the smallest subnet active. Each round
-times every subnet's supernet step next to its static twin's step, alternating which goes first, so
-machine noise hits both alike; the overhead is the median of the per-round ratios, and its
-interquartile range shows how noisy the machine was. ``--invocations N`` runs the whole measurement
-in N fresh processes and reports the median of their medians, with each one's figure: one process
-can draw a heap layout that makes the allocator return memory and fault it back in every step (the
-``faults_*`` figures count minor page faults per step), and a fresh process draws again.
+Forward + backward + optimizer step, batch 16, resolution 128, 1000 classes, a family's published space
+(``--space mbv3``, the default, ``proxyless`` (OFA-ProxylessNAS w1.3, its static twin timm's EfficientNet) or
+``ofa_resnet50`` (its twin timm's ByobNet)), with the largest, a middle (median MACs of 1,000
+seeded samples) and the smallest subnet active. Each round times every subnet's supernet step next to
+its static twin's step, alternating which goes first, so machine noise hits both alike; the overhead is
+the median of the per-round ratios, and its interquartile range shows how noisy the machine was.
+``--invocations N`` runs the whole measurement in N fresh processes and reports the median of their
+medians, with each one's figure: one process can draw a heap layout that makes the allocator return
+memory and fault it back in every step (the ``faults_*`` figures count minor page faults per step), and
+a fresh process draws again.
 
-The supernet computes squeeze-excite as two matmuls on the pooled vector, timm's static model as two
-1x1 convolutions, which cost more on a CPU; that saving sits in the default ratio. ``--same-se`` gives
-the static twin the supernet's squeeze-excite code at its own width, so the ratio counts only what
+The supernet computes squeeze-excite as two matmuls on the pooled vector, timm's static model as two 1x1
+convolutions, which cost more on a CPU; that saving sits in the default ratio. ``--same-se`` gives the
+static twin the supernet's squeeze-excite code at its own width, so the ratio counts only what
 elasticity costs (slices, kernel transforms, full-size gradients and optimizer state).
 """
 
@@ -37,19 +38,14 @@ from bench.step_timing import (
 )
 from ofa.families.family import Arch, Space
 from ofa.families.mbv3.elastic import ElasticSqueezeExcite
-from ofa.families.registry import family_names, family_of, get_family
-
-
-def published_space(family: str) -> Space:
-    """The family's first preset: the published supernet's space."""
-    return next(iter(get_family(family).presets.values()))()
+from ofa.families.registry import family_of
+from search.latency import space_from_arg
 
 
 def middle_arch(space: Space, resolution: int, samples: int = 1000, seed: int = 0) -> Arch:
     """The sample at the median MACs (index n // 2 when sorted) of ``samples`` seeded draws."""
-    rng = np.random.default_rng(seed)
-    sample_arch = family_of(space).sample_arch
-    archs = [sample_arch(space, rng, resolutions=[resolution]) for _ in range(samples)]
+    rng, sample = np.random.default_rng(seed), family_of(space).sample_arch
+    archs = [sample(space, rng, resolutions=[resolution]) for _ in range(samples)]
     return sorted(archs, key=space.macs)[samples // 2]
 
 
@@ -71,7 +67,7 @@ def one_invocation(args: argparse.Namespace) -> dict[str, object]:
         torch.set_num_threads(args.threads)
     clock = time.thread_time if args.cpu_time else time.perf_counter
     torch.manual_seed(0)
-    space = published_space(args.family)
+    space = space_from_arg(args.space)
     supernet = family_of(space).supernet_type(space).train()
     x = torch.randn(args.batch, space.in_channels, args.resolution, args.resolution)
     y = torch.randint(0, space.num_classes, (args.batch,))
@@ -82,7 +78,7 @@ def one_invocation(args: argparse.Namespace) -> dict[str, object]:
         static = with_supernet_se(static) if args.same_se else static
         runs[name] = (arch, static, sgd(static))
     result = summarize(*measure(supernet, supernet.set_active, runs, (x, y), args.rounds, clock))
-    result["family"] = args.family
+    result["space"] = args.space
     result["twin_se"] = "supernet" if args.same_se else "timm"
     result["threads"] = torch.get_num_threads()
     result["clock"] = "thread_cpu" if args.cpu_time else "wall"
@@ -103,16 +99,16 @@ def several_invocations(args: argparse.Namespace) -> dict[str, object]:
     command += ["--threads", str(args.threads)] if args.threads is not None else []
     command += ["--cpu-time"] if args.cpu_time else []
     command += ["--same-se"] if args.same_se else []
-    command += ["--family", args.family]
-    passed_on = ["family", "twin_se", "threads", "clock", "mid_arch", "mid_macs_m"]
+    command += ["--space", args.space]
+    passed_on = ["space", "twin_se", "threads", "clock", "mid_arch", "mid_macs_m"]
     return median_of_invocations(command, args.invocations, passed_on)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_timing_arguments(parser, rounds=21, invocations=1)
+    parser.add_argument("--space", default="mbv3", help="a family's preset space (mbv3, proxyless, ofa_resnet50)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--family", choices=family_names(), default="mbv3", help="whose published space")
     parser.add_argument(
         "--cpu-time",
         action="store_true",
@@ -125,6 +121,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     check_timing_arguments(parser, args)
+    if args.same_se and args.space != "mbv3":
+        parser.error("--same-se is for the mbv3 space (squeeze-excite)")
     if args.cpu_time and args.threads != 1:
         parser.error("--cpu-time needs --threads 1 (other threads' CPU time would not be counted)")
     result = several_invocations(args) if args.invocations > 1 else one_invocation(args)

@@ -119,11 +119,19 @@ BENCHMARKS: dict[str, Benchmark] = {
         },
     ),
     "elastic_overhead_proxyless": Benchmark(
-        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--family", "proxyless"],
+        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--space", "proxyless"],
         "as elastic_overhead, on the published OFA-ProxylessNAS w1.3 space against its static timm EfficientNet "
         "twin (no squeeze-excite: nothing but elasticity differs)",
-        ["-m", "bench.elastic_overhead", "--json", "--rounds", "5", "--family", "proxyless"],
+        ["-m", "bench.elastic_overhead", "--json", "--rounds", "5", "--space", "proxyless"],
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
+    ),
+    "elastic_overhead_resnet": Benchmark(
+        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--space", "ofa_resnet50"],
+        "as elastic_overhead on the published OFA-ResNet50 space: supernet SGD step / its static timm ByobNet "
+        "twin's, largest, middle and smallest subnet (target ≤ 1.05)",
+        ["-m", "bench.elastic_overhead", "--json", "--rounds", "3", "--space", "ofa_resnet50"],
+        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
+        on_request=True,
     ),
     "elastic_overhead_same_se": Benchmark(
         ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--same-se"],
@@ -164,9 +172,15 @@ BENCHMARKS: dict[str, Benchmark] = {
         {"seconds": "seconds", "found_top1": "found top-1", "random_best_top1": "best random top-1"},
     ),
     "search_speed_proxyless": Benchmark(
-        ["-m", "bench.search_speed", "--json", "--family", "proxyless"],
+        ["-m", "bench.search_speed", "--json", "--space", "proxyless"],
         "as search_speed, on the published OFA-ProxylessNAS w1.3 space and its table (target ≤ 1 s)",
-        ["-m", "bench.search_speed", "--json", "--family", "proxyless"],
+        ["-m", "bench.search_speed", "--json", "--space", "proxyless"],
+    ),
+    "search_speed_resnet": Benchmark(
+        ["-m", "bench.search_speed", "--json", "--space", "ofa_resnet50"],
+        "as search_speed on the published OFA-ResNet50 space (its table in latency_tables/, else a synthetic "
+        "cost; target ≤ 1 s)",
+        ["-m", "bench.search_speed", "--json", "--space", "ofa_resnet50", "--random", "1000"],
         {"seconds": "seconds", "found_top1": "found top-1", "random_best_top1": "best random top-1"},
     ),
     "pipeline_demo": Benchmark(
@@ -278,16 +292,26 @@ BENCHMARKS: dict[str, Benchmark] = {
     "official_import": Benchmark(
         ["-m", "bench.official_import", "--json"],
         "official OFA-MobileNetV3 checkpoints (w1.0 and w0.5 fixtures, 12 subnets each) imported: max abs "
-        "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5)",
+        "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5), and of "
+        "their ONNX exports (target ≤ 1e-4)",
         ["-m", "bench.official_import", "--json"],
-        {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
+        {"max_abs_diff": "max abs logit diff", "max_abs_diff_onnx": "ONNX", "skipped": "skipped"},
     ),
     "official_import_proxyless": Benchmark(
         ["-m", "bench.official_import", "--json", "--family", "proxyless"],
         "official OFA-ProxylessNAS checkpoints (w1.3 and w0.5 fixtures, every fixture subnet) imported: max abs "
-        "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5)",
+        "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5), and of "
+        "their ONNX exports (target ≤ 1e-4)",
         ["-m", "bench.official_import", "--json", "--family", "proxyless"],
-        {"max_abs_diff": "max abs logit diff", "skipped": "skipped"},
+        {"max_abs_diff": "max abs logit diff", "max_abs_diff_onnx": "ONNX", "skipped": "skipped"},
+    ),
+    "official_import_resnet": Benchmark(
+        ["-m", "bench.official_import", "--json", "--family", "resnet"],
+        "the official OFA-ResNet50 fixture (widths 0.1/0.15/0.2, 8 subnets) imported: max abs logit difference "
+        "of supernet and extracted timm ByobNet subnets vs the official network (target ≤ 1e-5), and of their "
+        "ONNX exports (target ≤ 1e-4)",
+        ["-m", "bench.official_import", "--json", "--family", "resnet"],
+        {"max_abs_diff": "max abs logit diff", "max_abs_diff_onnx": "ONNX", "skipped": "skipped"},
     ),
     "ps_vs_scratch": ps_bench(
         "digits",

@@ -1,10 +1,10 @@
 """Search speed and quality: one search with the official OFA settings on a family's published space.
 
-Population 100, 500 generations, a fixed randomly initialised predictor (3 x 400 MLP), the family's
-(``--family``, default mbv3) latency table from latency_tables/ (a synthetic per-layer cost if none
-exists yet, and it says so), budget = the 30th percentile of random subnets' latency. Prints the wall
-time of the whole search (evolution + Pareto front; target <= 1 s, the official EvolutionFinder takes
-about 100 s), and the found subnet's predicted accuracy against the best of 10,000 random subnets within the budget.
+Population 100, 500 generations, a fixed randomly initialised predictor (3 x 400 MLP), the space's
+latency table from latency_tables/ (a synthetic per-layer cost if none exists yet, and it says so),
+budget = the 30th percentile of random subnets' latency. Prints the wall time of the whole search
+(evolution + Pareto front; target <= 1 s, the official EvolutionFinder takes about 100 s), and the
+found subnet's predicted accuracy against the best of 10,000 random subnets within the budget.
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
 
 import numpy as np
 import torch
 
 from bench.common import ROOT
 from ofa.families.family import Space
-from ofa.families.registry import family_names, layout_of
+from ofa.families.registry import layout_of
 from ofa.utils.errors import OFAError
 from search.dense import DenseCost
 from search.evolution import run_search
@@ -29,23 +28,22 @@ from search.predictor.model import AccuracyPredictor
 from search.search_config import EvolutionConfig, SearchConfig
 
 
-def latency_model(family: str) -> tuple[Space, object, str]:
-    """(space, latency, label): the family's table and the space it was measured for (the paper space,
-    or its subset of resolutions), else the paper space with a synthetic cost (MACs plus a per-layer charge)."""
-    why = f"no latency_tables/*{family}*.yaml yet"
-    for path in sorted((ROOT / "latency_tables").glob(f"*{family}*.yaml")):
+def latency_model(preset: str = "mbv3") -> tuple[Space, object, str]:
+    """(space, latency, label): the table of the ``preset`` space (``latency_tables/*<preset>*.yaml``) and the
+    space it was measured for (the preset, or its subset of resolutions), else the preset space with a
+    synthetic cost (MACs plus a per-layer charge, more with squeeze-excite)."""
+    why = f"no latency_tables/*{preset}*.yaml yet"
+    for path in sorted((ROOT / "latency_tables").glob(f"*{preset}*.yaml")):
         try:
             table = LatencyTable.load(path)
         except OFAError as exc:
             why = str(exc)
             continue
         return table.space, table, str(path.relative_to(ROOT))
-    space = space_from_arg(family)
-
-    def layer_ms(layer: Any) -> float:
-        return layer.macs / 2e8 + 0.02 + 0.01 * getattr(layer, "se", False)  # squeeze-excite: mbv3's layers
-
-    cost = DenseCost.from_layer_cost(space, layer_ms, overhead=0.3)
+    space = space_from_arg(preset)
+    cost = DenseCost.from_layer_cost(
+        space, lambda layer: layer.macs / 2e8 + 0.02 + 0.01 * getattr(layer, "se", False), overhead=0.3
+    )
     return space, cost, f"synthetic ({why})"
 
 
@@ -62,13 +60,13 @@ def feasible_samples(space: Space, latency: object, budget: float, n: int, seed:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    ap.add_argument("--family", choices=family_names(), default="mbv3", help="whose published space")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--space", default="mbv3", help="a family's preset space (mbv3, proxyless, ofa_resnet50)")
     ap.add_argument("--latency-ms", type=float, help="budget (default: 30th percentile of random subnets)")
     ap.add_argument("--random", type=int, default=10_000, help="random feasible subnets to compare with")
     args = ap.parse_args()
 
-    space, latency, table = latency_model(args.family)
+    space, latency, table = latency_model(args.space)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(args.seed)
         predictor = AccuracyPredictor(space, target_mean=75.0, target_std=5.0).eval()
@@ -89,7 +87,7 @@ def main() -> None:
         "cpu_seconds": round(cpu_seconds, 3),
         "evolution_seconds": round(found.seconds, 3),
         "target_seconds": 1.0,
-        "family": args.family,
+        "space": args.space,
         "table": table,
         "latency_budget_ms": round(budget, 4),
         "found_top1": round(found.arch.extra["predicted_top1"], 4),

@@ -304,3 +304,14 @@ def test_arch_encoder_features(space):
     # resolution, stem depth, the 2+2+4+2 blocks' expands (none of the extra slots) and 6 widths
     assert f.sum() == 1 + 1 + 10 + 6
     assert not np.array_equal(enc.encode(space.max_arch(48)), f)
+
+
+def test_every_arch_gives_each_distinct_subnet_once():
+    """What a latency table calibrates on for a space smaller than its calibration set."""
+    space = ResNetSpace.from_dict(
+        {"widths": [0.5, 1.0], "expands": [0.25, 0.35], "depths": [0, 1, 2], "base_depths": [1, 1],
+         "stage_widths": [48, 64], "strides": [1, 2], "stem_width": 16, "resolutions": [8]}
+    )  # fmt: skip
+    layout = GeneLayout.of(space)
+    rows = layout.encode_many(list(layout.every_arch(8)))
+    assert len(rows) == space.count() == len({tuple(r) for r in layout.canonical(rows)})

@@ -113,7 +113,7 @@ def test_published_space_is_inferred_without_flags():
     ("state", "message"),
     [
         ({"input_stem.0.conv.weight": torch.zeros(1)}, "not an OFA-ResNet checkpoint"),
-        ({"blocks.0.conv1.conv.weight": "x"}, "is not a tensor"),
+        ({"blocks.0.conv1.conv.weight": "x"}, "is a str, not a tensor"),
     ],
 )
 def test_bad_checkpoints_give_one_line_errors(tmp_path, state, message):

@@ -629,6 +629,7 @@ TOY = Family(
     timm_args=timm_args,
     timm_model=timm_model,
     layer_module=layer_module,
+    official_arch=lambda space, config, source: ToyArch.from_ofa_config(config, source=source),
     official_matches=lambda state: False,
     official_import=_no_import,
     import_config=ToyImport,

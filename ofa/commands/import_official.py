@@ -10,12 +10,12 @@ from ofa.families.importing import import_official_file
 from ofa.families.registry import family_names, get_family
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    """``3,4,6`` → (3, 4, 6) (argparse type)."""
+def number_list(text: str) -> tuple[int | float, ...]:
+    """``3,4,6`` → (3, 4, 6), ``0.2,0.25`` → (0.2, 0.25) (argparse type; the family's config says which it takes)."""
     try:
-        return tuple(int(v) for v in text.split(","))
+        return tuple(int(v) if v.strip().lstrip("+-").isdigit() else float(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
 
 
 def _options() -> dict[str, tuple[type, Any]]:
@@ -44,13 +44,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="SUPERNET.pt", help="supernet file to write")
     options = _options()
     for cls in dict.fromkeys(cls for cls, _ in options.values()):
-        lists = {f.name: {"type": int_list, "nargs": None} for f in option_fields(cls) if _is_int_tuple(cls, f.name)}
+        lists = {f.name: {"type": number_list, "nargs": None} for f in option_fields(cls) if _is_tuple(cls, f.name)}
         add_flags(p, cls, lists, skip=[k for k, (owner, _) in options.items() if owner is not cls])
     p.set_defaults(func=run)
 
 
-def _is_int_tuple(cls: type, name: str) -> bool:
-    return "tuple[int, ...]" in str(get_type_hints(cls)[name])
+def _is_tuple(cls: type, name: str) -> bool:
+    return any(f"tuple[{t}, ...]" in str(get_type_hints(cls)[name]) for t in ("int", "float"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,6 +41,8 @@ class Family:
     space_type: type  # from_dict(d, source), to_dict, fingerprint, validate, layers, elastic_dims...
     presets: Mapping[str, Callable[[], Any]]  # preset name -> its space
     arch_type: type  # from_dict(d, source), from_ofa_config(config, resolution, source), to_ofa_config...
+    # (space, official subnet config, source) -> the arch of ``space`` it runs (what an arch file may hold instead)
+    official_arch: Callable[[Any, Mapping[str, Any], str], Any]
     supernet_type: type  # supernet_type(space): set_active, sample_active, extract, save/load
     layer_type: type  # LayerSpec: key, from_key(key), macs, params
     layout: Callable[[Any], Any]  # space -> its gene layout (ofa.families.genes.GeneLayoutBase), cached

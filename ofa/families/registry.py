@@ -15,6 +15,7 @@ from typing import Any
 from ofa.families.family import Family
 from ofa.families.mbv3.family import MBV3
 from ofa.families.proxyless.family import PROXYLESS
+from ofa.families.resnet.family import RESNET
 from ofa.families.supernet_file import read_record, read_space_dict
 from ofa.utils.errors import OFAError, SpaceError
 from ofa.utils.io import read_text
@@ -38,7 +39,7 @@ def unregister(name: str) -> Family:
     return family
 
 
-for _family in (MBV3, PROXYLESS):  # the known families
+for _family in (MBV3, PROXYLESS, RESNET):  # the known families
     register(_family)
 
 
@@ -101,7 +102,7 @@ def _without_default_family(d: Mapping[str, Any]) -> Mapping[str, Any]:
 def arch_from_any(space: Any, d: Any, source: str = "arch") -> Any:
     """An arch mapping of ours, or an official subnet config of ``space``'s family (it has ``d``, not ``depths``)."""
     if isinstance(d, Mapping) and "d" in d and "depths" not in d:
-        return family_of(space).arch_type.from_ofa_config(d, source=source)
+        return family_of(space).official_arch(space, d, source)
     return arch_from_dict(space, d, source)
 
 

@@ -15,13 +15,22 @@ import torch
 from torch import nn
 
 from ofa.utils.errors import OFAError
-from ofa.utils.io import load_torch
-from ofa.utils.weights import load_safetensors
+from ofa.utils.io import load_torch, save_torch
+from ofa.utils.weights import load_safetensors, save_safetensors
 
 SUPERNET_FORMAT = "ofa-supernet"
 CHECKPOINT_FORMAT = "ofa-checkpoint"
 SAFETENSORS = ".safetensors"
 Net = TypeVar("Net", bound=nn.Module)
+
+
+def write_supernet(path: str | Path, net: Any, meta: Mapping[str, Any] | None = None) -> Path:
+    """Supernet file of ``net`` (any family): its space mapping, weights and plain metadata; a ``.safetensors``
+    path writes safetensors with the rest as JSON in its header (no pickle at all)."""
+    record = {"format": SUPERNET_FORMAT, "space": net.space.to_dict(), "meta": dict(meta or {})}
+    if Path(path).suffix == SAFETENSORS:
+        return save_safetensors(path, net.state_dict(), record)
+    return save_torch(path, {**record, "state_dict": net.state_dict()})
 
 
 def read_space_dict(path: str | Path) -> dict[str, Any]:

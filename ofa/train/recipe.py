@@ -305,7 +305,7 @@ def _phase(space: Space, raw: Any, where: str) -> PhaseConfig:
         for i, v in enumerate(chosen):
             if v not in allowed:
                 raise ConfigError(f"{where}.{name}[{i}]: {v} is not one of space.{name} {list(allowed)}")
-        resolved[name] = tuple(sorted(set(chosen)))
+        resolved[name] = tuple(sorted({allowed[list(allowed).index(v)] for v in chosen}))  # the space's values
     phase = dataclasses.replace(phase, choices=resolved)
     if phase.epochs < 1:
         raise ConfigError(f"{where}.epochs: must be >= 1, got {phase.epochs}")
@@ -320,11 +320,12 @@ def _phase(space: Space, raw: Any, where: str) -> PhaseConfig:
     return phase
 
 
-def _choice_list(value: Any, where: str) -> tuple[int, ...] | None:
+def _choice_list(value: Any, where: str) -> tuple[int | float, ...] | None:
+    """A phase's choices of one dimension: numbers (expand ratios may be fractions), checked by the caller."""
     if value is None:
         return None
-    if not isinstance(value, list | tuple) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise ConfigError(f"{where}: expected a list of integers, got {value!r}")
+    if not isinstance(value, list | tuple) or any(isinstance(v, bool) or not isinstance(v, int | float) for v in value):
+        raise ConfigError(f"{where}: expected a list of numbers, got {value!r}")
     return tuple(value)
 
 

@@ -19,6 +19,7 @@ MBV3 = Family(
     space_type=SearchSpace,
     presets={"mbv3": SearchSpace.mbv3},
     arch_type=Arch,
+    official_arch=lambda space, config, source: Arch.from_ofa_config(config, source=source),
     supernet_type=OFAMobileNetV3,
     layer_type=LayerSpec,
     layout=GeneLayout.of,

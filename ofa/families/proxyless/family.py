@@ -19,6 +19,7 @@ PROXYLESS = Family(
     space_type=ProxylessSpace,
     presets={FAMILY: ProxylessSpace.preset},  # `--space proxyless`: the published w1.3 space
     arch_type=ProxylessArch,
+    official_arch=lambda space, config, source: ProxylessArch.from_ofa_config(config, source=source),
     supernet_type=OFAProxylessNAS,
     layer_type=LayerSpec,
     layout=GeneLayout.of,

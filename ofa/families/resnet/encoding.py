@@ -8,13 +8,15 @@ width, the previous stage's width gene, so its cost term spans several width col
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints
 from ofa.families.resnet.arch import ResNetArch
 from ofa.families.resnet.layers import LayerSpec
 from ofa.families.resnet.space import ResNetSpace
@@ -22,28 +24,10 @@ from ofa.families.resnet.space import ResNetSpace
 GENE_ORDER = ("resolution", "depths", "expands", "widths")
 
 
-@dataclass(frozen=True)
-class CostTerm:
-    """Layers whose cost depends on a few gene columns (``layers(*values)``: the choice values of ``columns``)."""
-
-    columns: tuple[int, ...]
-    layers: Callable[..., Sequence[LayerSpec]]
-
-
-def _frozen(values: Any) -> np.ndarray:
-    out = np.asarray(values, dtype=np.int64)
-    out.flags.writeable = False
-    return out
-
-
 @dataclass(frozen=True, eq=False)
-class GeneLayout:
+class GeneLayout(GeneLayoutBase):
     """Column layout of the gene rows of one space; get it with ``GeneLayout.of(space)`` (built once per space)."""
 
-    space: ResNetSpace
-    slices: Mapping[str, slice]
-    choices: tuple[tuple[Any, ...], ...]  # choice values of each gene
-    sizes: np.ndarray  # number of choices of each gene
     slot_stage: np.ndarray  # stage of each block slot
     slot_index: np.ndarray  # position of each block slot within its stage
 
@@ -71,22 +55,10 @@ class GeneLayout:
             space,
             slices,
             tuple(choices),
-            _frozen([len(c) for c in choices]),
-            _frozen([s for s in stages for _ in range(space.stage_slots(s))]),
-            _frozen([j for s in stages for j in range(space.stage_slots(s))]),
+            frozen_ints([len(c) for c in choices]),
+            frozen_ints([s for s in stages for _ in range(space.stage_slots(s))]),
+            frozen_ints([j for s in stages for j in range(space.stage_slots(s))]),
         )
-
-    @property
-    def genes(self) -> int:
-        return len(self.choices)
-
-    @property
-    def resolution(self) -> int:
-        """Column of the resolution gene."""
-        return self.slices["resolution"].start
-
-    def as_rows(self, rows: np.ndarray) -> np.ndarray:
-        return np.asarray(rows, dtype=np.int64).reshape(-1, self.genes)
 
     # ----------------------------------------------------------------- archs <-> rows
     def encode(self, arch: ResNetArch, source: str = "arch") -> np.ndarray:
@@ -107,9 +79,6 @@ class GeneLayout:
                 skip = col == stem and value != self.space.max_depth
                 row[col] = self.choices[col].index(min(self.space.depths) if skip else value)
         return self.decode(row)
-
-    def encode_many(self, archs: Sequence[ResNetArch]) -> np.ndarray:
-        return np.stack([self.encode(a) for a in archs]) if len(archs) else np.zeros((0, self.genes), np.int64)
 
     def decode(self, row: np.ndarray) -> ResNetArch:
         vals = [self.choices[i][int(g)] for i, g in enumerate(np.asarray(row).ravel())]
@@ -137,11 +106,15 @@ class GeneLayout:
         fixed = np.ones((n, self.slices["expands"].start), dtype=bool)
         return np.concatenate([fixed, slots, np.ones((n, self.space.num_widths), dtype=bool)], axis=1)
 
-    def canonical(self, rows: np.ndarray) -> np.ndarray:
-        """Rows with the genes they do not use set to choice 0: one row per distinct gene setting."""
-        rows = np.array(rows, dtype=np.int64).reshape(-1, self.genes)
-        rows[~self.active(rows)] = 0
-        return rows
+    def every_arch(self, resolution: int) -> Iterator[ResNetArch]:
+        """Every distinct subnet at ``resolution`` once (unused slots take the first expand)."""
+        space, widths = self.space, range(len(self.space.widths))
+        stem = sorted({min(space.depths), space.max_depth})
+        stages = [list(_stage_settings(space, s)) for s in range(space.num_stages)]
+        for d0, w0, w1, *chosen in itertools.product(stem, widths, widths, *stages):
+            depths = (d0, *(d for _, d, _ in chosen))
+            expands = tuple(e for *_, es in chosen for e in es)
+            yield ResNetArch(resolution, depths, expands, (w0, w1, *(w for w, _, _ in chosen)))
 
     # ----------------------------------------------------------------- cost terms
     @property
@@ -193,24 +166,6 @@ class GeneLayout:
         rows[:, sl["depths"].start], rows[:, w0] = np.divmod(stem_arg[at, out], stem.shape[2])
         return self.canonical(rows)
 
-    # ----------------------------------------------------------------- random operators (OFA's)
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` uniform random archs as gene rows."""
-        return (rng.random((n, self.genes)) * self.sizes).astype(np.int64)
-
-    def mutate(
-        self, rows: np.ndarray, rng: np.random.Generator, prob: float = 0.1, resolution_prob: float = 0.5
-    ) -> np.ndarray:
-        """Redraw each gene with probability ``prob`` (the resolution with ``resolution_prob``), as OFA."""
-        p = np.full(rows.shape[1], prob)
-        p[self.resolution] = resolution_prob
-        redraw = rng.random(rows.shape) < p
-        return np.where(redraw, self.sample(rows.shape[0], rng), rows)
-
-    def crossover(self, a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Uniform crossover: each gene from either parent with probability 1/2."""
-        return np.where(rng.random(a.shape) < 0.5, a, b)
-
 
 def _terms(layout: GeneLayout) -> tuple[CostTerm, ...]:
     space, sl, r = layout.space, layout.slices, layout.resolution
@@ -237,6 +192,14 @@ def _terms(layout: GeneLayout) -> tuple[CostTerm, ...]:
     last = space.stage_choices(space.num_stages - 1)
     head = CostTerm((r, w0 + 1 + space.num_stages), lambda res, w: [space.head_layer(res, last[w])])
     return (CostTerm((r, stem_depth, w0, w0 + 1), stem), *(block(i) for i in range(space.num_slots)), head)
+
+
+def _stage_settings(space: ResNetSpace, stage: int) -> Iterator[tuple[int, int, tuple[float, ...]]]:
+    """(width index, extra depth, expand of every slot) of each distinct setting of one stage."""
+    for width, depth in itertools.product(range(len(space.widths)), space.depths):
+        runs = space.base_depths[stage] + depth
+        for expands in itertools.product(space.expands, repeat=runs):
+            yield width, depth, expands + (space.expands[0],) * (space.stage_slots(stage) - runs)
 
 
 def _cheapest_stage(

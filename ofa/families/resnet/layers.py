@@ -57,6 +57,11 @@ class LayerSpec:
             f":s={self.stride}:sc={int(self.shortcut)}"
         )
 
+    def card_cells(self) -> dict[str, str]:
+        """The model card's columns for this layer between its widths and its MACs (header -> cell)."""
+        shortcut = "conv" if self.shortcut else ("identity" if self.kind in ("bottleneck", "stem_res") else "")
+        return {"mid channels": str(self.mid or ""), "stride": str(self.stride), "shortcut": shortcut}
+
     @classmethod
     def from_key(cls, key: str) -> LayerSpec:
         kind, *parts = key.split(":")

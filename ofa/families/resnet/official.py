@@ -19,11 +19,12 @@ import torch
 
 from ofa.families.resnet.layers import mid_channels
 from ofa.families.resnet.space import ResNetSpace
-from ofa.families.resnet.supernet import CHECKPOINT_FORMAT, SUPERNET_FORMAT, OFAResNet
+from ofa.families.resnet.supernet import OFAResNet
 from ofa.families.resnet.transfer import fold_input_channels, rehead
+from ofa.families.supernet_file import read_official_state
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
-from ofa.utils.io import file_sha256, load_torch
+from ofa.utils.io import file_sha256
 
 PUBLISHED = ResNetSpace.ofa_resnet50()  # base depths, stage widths, strides and choice lists of the release
 OFFICIAL_PREPROCESS = {
@@ -77,15 +78,7 @@ def official_key_map(space: ResNetSpace) -> dict[str, str]:
 
 def read_official(path: str | Path) -> dict[str, torch.Tensor]:
     """The state dict of an official OFA-ResNet checkpoint, canonical names, floats as fp32."""
-    obj = load_torch(path, "official OFA checkpoint")
-    if obj.get("format") in (SUPERNET_FORMAT, CHECKPOINT_FORMAT):
-        raise OFAError(f"{path}: already an {obj['format']} file of this toolkit; load it directly, nothing to import")
-    state = obj.get("state_dict", obj)
-    if not isinstance(state, Mapping) or not state:
-        raise OFAError(f"{path}: no state_dict in the checkpoint (keys: {sorted(map(str, obj))[:5]})")
-    bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
-    if bad is not None:
-        raise OFAError(f"{path}: not an OFA-ResNet checkpoint (entry {bad!r} is not a tensor)")
+    state = read_official_state(path)
     if not matches(state):
         found = ", ".join(sorted(map(str, state))[:3])
         raise OFAError(f"{path}: not an OFA-ResNet checkpoint (no {_LANDMARKS[0]} or blocks.0.conv1; found {found})")

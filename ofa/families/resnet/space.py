@@ -178,6 +178,14 @@ class ResNetSpace:
         r = min(self.resolutions) if resolution is None else resolution
         return self.uniform_arch(r, min(self.depths), min(self.expands), 0)
 
+    def official_arch(self, config: Mapping[str, Any], source: str = "ofa config") -> ResNetArch:
+        """The arch of an official subnet config ``{"d", "e", "w", "r"}``: a stem depth ``d[0]`` below the largest
+        skips the stem block (the official rule), which is this space's stem gene at the smallest depth."""
+        arch = ResNetArch.from_ofa_config(config, source=source)
+        if arch.depths and arch.depths[0] in self.depths and arch.depths[0] != self.max_depth:
+            arch = replace(arch, depths=(min(self.depths), *arch.depths[1:]))
+        return arch
+
     def stamp(self, arch: ResNetArch) -> ResNetArch:
         """``arch`` marked as belonging to this space (its JSON then carries the fingerprint)."""
         return replace(arch, space=self.fingerprint())

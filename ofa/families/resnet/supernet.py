@@ -9,7 +9,7 @@ depth gene; a stage's last blocks dropped for smaller extra depths. Module names
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,8 @@ from ofa.families.resnet.encoding import sample_arch
 from ofa.families.resnet.layers import mid_channels
 from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.subnet import timm_args, timm_model
+from ofa.families.supernet_file import read_record, write_supernet
 from ofa.utils.errors import OFAError
-from ofa.utils.io import load_torch, save_torch
-from ofa.utils.weights import load_safetensors, save_safetensors
-
-SUPERNET_FORMAT = "ofa-supernet"
-CHECKPOINT_FORMAT = "ofa-checkpoint"
-SAFETENSORS = ".safetensors"
 
 
 class OFAResNet(nn.Module):
@@ -131,6 +126,10 @@ class OFAResNet(nn.Module):
             self.active_arch = previous
         return model.train(self.training)
 
+    def reorganize_for(self, trained: Mapping[str, Sequence[Any]]) -> None:
+        """Before a phase: sort middle channels, keeping the channel sets of the expand ratios already ``trained``."""
+        self.reorganize_channels(frozen_expands=trained.get("expands", ()))
+
     @torch.no_grad()
     def reorganize_channels(self, frozen_expands: Sequence[float] = ()) -> None:
         """Sort every bottleneck's middle channels by importance (the network function is unchanged).
@@ -146,28 +145,13 @@ class OFAResNet(nn.Module):
 
     # ----------------------------------------------------------------- files
     def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> Path:
-        """Supernet file: space (with ``family: resnet``) + weights (+ plain metadata); a ``.safetensors``
-        path writes safetensors with the rest as JSON in its header."""
-        record = {"format": SUPERNET_FORMAT, "space": self.space.to_dict(), "meta": meta or {}}
-        if Path(path).suffix == SAFETENSORS:
-            return save_safetensors(path, self.state_dict(), record)
-        return save_torch(path, {**record, "state_dict": self.state_dict()})
+        """Supernet file: space + weights (+ plain metadata such as data normalization); see ``write_supernet``."""
+        return write_supernet(path, self, meta)
 
     @classmethod
     def load(cls, path: str | Path) -> OFAResNet:
         """Load a supernet file or training checkpoint of a resnet space; ``net.meta`` holds the stored metadata."""
-        if Path(path).suffix == SAFETENSORS:
-            state, obj = load_safetensors(path, "supernet file")
-            obj = {**obj, "state_dict": state}
-        else:
-            obj = load_torch(path, "supernet checkpoint")
-        fmt = obj.get("format")
-        if fmt not in (SUPERNET_FORMAT, CHECKPOINT_FORMAT):
-            raise OFAError(f"{path}: not an ofa supernet or training checkpoint (format={fmt!r})")
-        state = obj.get("state_dict" if fmt == SUPERNET_FORMAT else "model")
-        if not isinstance(obj.get("space"), dict) or not isinstance(state, dict):
-            raise OFAError(f"{path}: checkpoint lacks its space or weights")
-        return cls.from_record(obj, state, str(path))
+        return cls.from_record(*read_record(path), str(path))
 
     @classmethod
     def from_record(cls, record: dict[str, Any], state: dict[str, Any], source: str) -> OFAResNet:

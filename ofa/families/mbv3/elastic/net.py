@@ -20,10 +20,8 @@ from torch import nn
 
 from ofa.families.mbv3.elastic.block import ElasticMBConv
 from ofa.families.mbv3.elastic.ops import kernel_matrices
-from ofa.families.supernet_file import SAFETENSORS, SUPERNET_FORMAT, read_record
+from ofa.families.supernet_file import read_record, write_supernet
 from ofa.utils.errors import OFAError
-from ofa.utils.io import save_torch
-from ofa.utils.weights import save_safetensors
 
 
 class ElasticMBConvNet(nn.Module, ABC):
@@ -133,14 +131,8 @@ class ElasticMBConvNet(nn.Module, ABC):
 
     # ----------------------------------------------------------------- files
     def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> Path:
-        """Supernet file: space + weights (+ plain metadata such as data normalization).
-
-        A ``.safetensors`` path writes safetensors with the rest as JSON in its header (no pickle at all).
-        """
-        record = {"format": SUPERNET_FORMAT, "space": self.space.to_dict(), "meta": meta or {}}
-        if Path(path).suffix == SAFETENSORS:
-            return save_safetensors(path, self.state_dict(), record)
-        return save_torch(path, {**record, "state_dict": self.state_dict()})
+        """Supernet file: space + weights (+ plain metadata such as data normalization); see ``write_supernet``."""
+        return write_supernet(path, self, meta)
 
     @classmethod
     def load(cls, path: str | Path) -> Any:
