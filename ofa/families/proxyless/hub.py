@@ -31,5 +31,5 @@ PROXYLESS_FOLDER = TimmFolder(
     snippet=SNIPPET,
     first_conv="conv_stem",
     classifier="classifier",
-    num_features=lambda space: space.feature_channels,
+    num_features=lambda model: model.num_features,  # the feature-mix width, which the classifier reads
 )
