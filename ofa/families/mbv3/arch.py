@@ -6,21 +6,19 @@ consumer refuses an arch of another supernet instead of guessing; ``SearchSpace.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
+from ofa.families.arch_file import ArchFile
 from ofa.families.mbv3 import official_encoding
 from ofa.utils.errors import SpaceError
-from ofa.utils.io import read_text, write_json
 
 ARCH_FIELDS = ("resolution", "depths", "kernels", "expands")
 
 
 @dataclass(frozen=True)
-class Arch:
+class Arch(ArchFile):
     """One subnet: resolution, depth per stage, kernel and expand per block slot.
 
     Slots are ``stage * max_depth + index``; slots past a stage's depth are ignored but kept, so
@@ -72,31 +70,6 @@ class Arch:
             raise SpaceError(f"{source}: field 'space' must be a space fingerprint string, got {space!r}")
         extra = {k: v for k, v in d.items() if k not in (*ARCH_FIELDS, "space")}
         return cls(res, ints("depths"), ints("kernels"), ints("expands"), extra, space)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, text: str, source: str = "arch") -> Arch:
-        try:
-            return cls.from_dict(json.loads(text), source)
-        except json.JSONDecodeError as exc:
-            raise SpaceError(f"{source}: invalid JSON: {exc}") from None
-
-    @classmethod
-    def load(cls, path: str | Path) -> Arch:
-        """Read an arch file; raises ``SpaceError`` (one line naming the file) when missing or malformed."""
-        path = Path(path)
-        if not path.is_file():
-            raise SpaceError(f"{path}: arch file not found")
-        return cls.from_json(read_text(path, "arch file"), str(path))
-
-    def save(self, path: str | Path) -> Path:
-        return write_json(path, self.to_dict())
-
-    def with_extra(self, extra: Mapping[str, Any]) -> Arch:
-        """A copy with ``extra`` merged into its extras (JSON-serialisable values)."""
-        return replace(self, extra={**self.extra, **extra})
 
     def short(self) -> str:
         """A compact human-readable name, e.g. ``r16-d2.3.1-k35..-e46..``."""

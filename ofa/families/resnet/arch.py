@@ -8,21 +8,19 @@ each stage (``w``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
+from ofa.families.arch_file import ArchFile
 from ofa.utils.errors import SpaceError
-from ofa.utils.io import read_text, write_json
 
 FAMILY = "resnet"
 ARCH_FIELDS = ("resolution", "depths", "expands", "widths")
 
 
 @dataclass(frozen=True)
-class ResNetArch:
+class ResNetArch(ArchFile):
     """One subnet: resolution, depth genes (stem, then extra blocks per stage), expand per slot, width indices.
 
     Slots are numbered stage by stage, each stage holding ``base depth + max depth`` of them; slots past a
@@ -73,31 +71,6 @@ class ResNetArch:
             extra,
             space,
         )
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, text: str, source: str = "arch") -> ResNetArch:
-        try:
-            return cls.from_dict(json.loads(text), source)
-        except json.JSONDecodeError as exc:
-            raise SpaceError(f"{source}: invalid JSON: {exc}") from None
-
-    @classmethod
-    def load(cls, path: str | Path) -> ResNetArch:
-        """Read an arch file; raises ``SpaceError`` (one line naming the file) when missing or malformed."""
-        path = Path(path)
-        if not path.is_file():
-            raise SpaceError(f"{path}: arch file not found")
-        return cls.from_json(read_text(path, "arch file"), str(path))
-
-    def save(self, path: str | Path) -> Path:
-        return write_json(path, self.to_dict())
-
-    def with_extra(self, extra: Mapping[str, Any]) -> ResNetArch:
-        """A copy with ``extra`` merged into its extras (JSON-serialisable values)."""
-        return replace(self, extra={**self.extra, **extra})
 
     def short(self) -> str:
         """A compact human-readable name, e.g. ``r160-d02211-e0.2,0.35..-w012210``."""
