@@ -225,6 +225,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         "shipped mbv3 table vs 50 measured whole subnets per resolution (target ≥ 90% within ±10%, "
         "Spearman ≥ 0.95 per resolution)",
     ),
+    "lut_check_proxyless": lut_check_bench(
+        "proxyless_ort-cpu_t1_b1.yaml",
+        30,
+        [],
+        "OFA-ProxylessNAS w1.3 ONNX Runtime table vs 30 measured whole subnets per resolution (target ≥ 95% "
+        "within ±10%, Spearman ≥ 0.95 per resolution)",
+    ),
     "lut_check_mbv3_openvino": lut_check_bench(
         "mbv3_openvino-cpu_t1_b1.yaml",
         30,
