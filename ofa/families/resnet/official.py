@@ -21,7 +21,7 @@ from ofa.families.resnet.layers import mid_channels
 from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.supernet import OFAResNet
 from ofa.families.resnet.transfer import fold_input_channels, rehead
-from ofa.families.supernet_file import read_official_state
+from ofa.families.supernet_file import load_by_key_map, read_official_state
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import file_sha256
@@ -191,23 +191,7 @@ def infer_space(state: Mapping[str, torch.Tensor], source: str, config: ImportCo
 
 def load_official_weights(net: OFAResNet, state: Mapping[str, torch.Tensor], source: str) -> OFAResNet:
     """Copy every official tensor into ``net``: each key known, none missing, every shape equal."""
-    key_map = official_key_map(net.space)
-    ours = net.state_dict()
-    extra = sorted(set(state) - set(key_map))
-    if extra:
-        raise OFAError(f"{source}: unexpected key {extra[0]!r} for an OFA-ResNet of the inferred space")
-    missing = sorted(set(key_map) - set(state))
-    if missing:
-        raise OFAError(f"{source}: missing key {missing[0]!r}")
-    for official, mine in key_map.items():
-        if tuple(state[official].shape) != tuple(ours[mine].shape):
-            raise OFAError(
-                f"{source}: {official} has shape {list(state[official].shape)}, expected "
-                f"{list(ours[mine].shape)} for the inferred space"
-            )
-        ours[mine] = state[official]
-    net.load_state_dict(ours)
-    return net
+    return load_by_key_map(net, state, official_key_map(net.space), source, "an OFA-ResNet")
 
 
 def import_official(path: str | Path, config: ImportConfig = ImportConfig()) -> OFAResNet:
