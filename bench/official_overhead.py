@@ -1,10 +1,11 @@
 """The official OFA code's cost of elasticity, timed exactly as `bench.elastic_overhead` times ours.
 
-One SGD step of the official ``OFAMobileNetV3`` (w1.0, kernels 3/5/7, expands 3/4/6, depths 2/3/4)
-with a subnet active, against the static network its ``get_active_subnet(preserve_weight=True)``
-returns: batch 16, 128 px, 1000 classes, the same three subnets as `bench.elastic_overhead` (largest,
-middle, smallest of our OFA-MBv3 space, in the official encoding), the same interleaved rounds,
-optimizer and median of per-round ratios, and ``--invocations N`` fresh processes.
+One SGD step of an official supernet with a subnet active, against the static network its
+``get_active_subnet(preserve_weight=True)`` returns: ``--space mbv3`` (``OFAMobileNetV3`` w1.0, the
+default), ``proxyless`` (``OFAProxylessNASNets`` w1.3) or ``ofa_resnet50`` (``OFAResNets``), each built
+with our preset space's choices; batch 16, 128 px, 1000 classes, the same three subnets as
+`bench.elastic_overhead` (largest, middle, smallest of that space, in the official encoding), the same
+interleaved rounds, optimizer and median of per-round ratios, and ``--invocations N`` fresh processes.
 
 The official package is not a dependency (its import name is ``ofa``, like ours). Point ``--official``
 at its wheel or at a folder holding its ``ofa`` package; the measurement then runs in processes
@@ -30,38 +31,51 @@ import torch
 
 from bench import step_timing as timing
 from bench.common import ROOT
+from ofa.utils.errors import OFAError
 
 DEFAULT_WHEEL = ROOT / "runs" / "official" / "ofa-0.1.0.post202307202001-py3-none-any.whl"
 
 
-def official_subnets(resolution: int) -> dict[str, dict[str, list[int]]]:
-    """`bench.elastic_overhead`'s three subnets in the official encoding (ks, e, d)."""
+def official_subnets(resolution: int, space_name: str = "mbv3") -> dict[str, dict[str, list]]:
+    """`bench.elastic_overhead`'s three subnets of a preset space in the official encoding (no ``r``)."""
     # This project's ofa, imported here in the parent process only: the workers' ofa is the official one.
     from bench.elastic_overhead import three_subnets
-    from ofa.families.mbv3.space import SearchSpace
+    from search.latency import space_from_arg
 
-    subnets = three_subnets(SearchSpace.mbv3(), resolution)
+    subnets = three_subnets(space_from_arg(space_name), resolution)
     return {name: {k: v for k, v in arch.to_ofa_config().items() if k != "r"} for name, arch in subnets.items()}
+
+
+def official_network(space_name: str) -> tuple[str, dict[str, object]]:
+    """(class name in the official ``networks`` module, its constructor's keywords) for a preset space."""
+    from search.latency import space_from_arg
+
+    space = space_from_arg(space_name)
+    common = {"n_classes": space.num_classes, "dropout_rate": space.dropout}
+    if space.to_dict().get("family") == "resnet":
+        lists = {"depth_list": space.depths, "expand_ratio_list": space.expands, "width_mult_list": space.widths}
+        return "OFAResNets", {**common, **{k: list(v) for k, v in lists.items()}}
+    name = "OFAProxylessNASNets" if space.to_dict().get("family") == "proxyless" else "OFAMobileNetV3"
+    lists = {"ks_list": space.kernels, "expand_ratio_list": space.expands, "depth_list": space.depths}
+    return name, {**common, "width_mult": space.width_mult, **{k: list(v) for k, v in lists.items()}}
 
 
 def worker(args: argparse.Namespace) -> dict[str, object]:
     """The measurement in this process, whose ``ofa`` package is the official code's."""
-    from ofa.imagenet_classification.elastic_nn.networks import OFAMobileNetV3
+    from ofa.imagenet_classification.elastic_nn import networks
 
+    spec = json.loads(args.worker)
     torch.manual_seed(0)
-    supernet = OFAMobileNetV3(
-        n_classes=1000, dropout_rate=0.1, width_mult=1.0, ks_list=[3, 5, 7], expand_ratio_list=[3, 4, 6],
-        depth_list=[2, 3, 4],
-    ).train()  # fmt: skip
+    supernet = getattr(networks, spec["network"])(**spec["kwargs"]).train()
     x = torch.randn(args.batch, 3, args.resolution, args.resolution)
-    y = torch.randint(0, 1000, (args.batch,))
+    y = torch.randint(0, spec["kwargs"]["n_classes"], (args.batch,))
     runs = {}
-    for name, config in json.loads(args.worker).items():
+    for name, config in spec["subnets"].items():
         supernet.set_active_subnet(**config)
         static = supernet.get_active_subnet(preserve_weight=True).train()
         runs[name] = (config, static, timing.sgd(static))
 
-    def activate(config: dict[str, list[int]]) -> None:
+    def activate(config: dict[str, list]) -> None:
         supernet.set_active_subnet(**config)
 
     result = timing.summarize(*timing.measure(supernet, activate, runs, (x, y), args.rounds, time.perf_counter))
@@ -73,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     parser.add_argument("--official", type=Path, default=DEFAULT_WHEEL, help="the official ofa wheel or package folder")
     timing.add_timing_arguments(parser, rounds=21, invocations=3)
+    parser.add_argument("--space", default="mbv3", help="a family's preset space (mbv3, proxyless, ofa_resnet50)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: the subnets to time, as JSON
     args = parser.parse_args(argv)
     timing.check_timing_arguments(parser, args)
@@ -84,12 +99,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps({"skipped": f"no official ofa package at {args.official}"}))
         return 0
-    command = [*timing.invocation_command("bench.official_overhead", args), "--worker"]
-    command.append(json.dumps(official_subnets(args.resolution)))
+    try:
+        network, kwargs = official_network(args.space)
+    except OFAError as exc:
+        parser.error(str(exc))
+    spec = {"network": network, "kwargs": kwargs, "subnets": official_subnets(args.resolution, args.space)}
+    command = [*timing.invocation_command("bench.official_overhead", args), "--worker", json.dumps(spec)]
     # The official ofa ahead of site-packages and of this repository (which gives `bench`); the workers run in
     # bench/, where no `ofa` folder stands first on their path.
     env = {"PYTHONPATH": os.pathsep.join([str(args.official.resolve()), str(ROOT)])}
     runs = timing.median_of_invocations(command, args.invocations, ["threads"], env, cwd=ROOT / "bench")
+    runs["space"], runs["official_network"] = args.space, network
     timing.report(runs, args.json)
     return 0
 

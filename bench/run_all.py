@@ -126,9 +126,9 @@ BENCHMARKS: dict[str, Benchmark] = {
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
     ),
     "elastic_overhead_resnet": Benchmark(
-        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--space", "ofa_resnet50"],
+        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--rounds", "11", "--space", "ofa_resnet50"],
         "as elastic_overhead on the published OFA-ResNet50 space: supernet SGD step / its static timm ByobNet "
-        "twin's, largest, middle and smallest subnet (target ≤ 1.05)",
+        "twin's, largest, middle and smallest subnet, 11 rounds per process (target ≤ 1.05)",
         ["-m", "bench.elastic_overhead", "--json", "--rounds", "3", "--space", "ofa_resnet50"],
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
         on_request=True,
@@ -161,6 +161,21 @@ BENCHMARKS: dict[str, Benchmark] = {
         "get_active_subnet model's, same three subnets, 3 processes); needs the official wheel in runs/official "
         "(see the script)",
         ["-m", "bench.official_overhead", "--json", "--invocations", "1", "--rounds", "3"],
+        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest", "skipped": "skipped"},
+        on_request=True,
+    ),
+    "official_overhead_proxyless": Benchmark(
+        ["-m", "bench.official_overhead", "--json", "--invocations", "3", "--space", "proxyless"],
+        "as official_overhead, the official OFAProxylessNASNets w1.3 on elastic_overhead_proxyless's three subnets",
+        ["-m", "bench.official_overhead", "--json", "--invocations", "1", "--rounds", "3", "--space", "proxyless"],
+        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest", "skipped": "skipped"},
+        on_request=True,
+    ),
+    "official_overhead_resnet": Benchmark(
+        ["-m", "bench.official_overhead", "--json", "--invocations", "3", "--rounds", "11", "--space", "ofa_resnet50"],
+        "as official_overhead, the official OFAResNets (ofa_resnet50) on elastic_overhead_resnet's three subnets, "
+        "11 rounds per process",
+        ["-m", "bench.official_overhead", "--json", "--invocations", "1", "--rounds", "3", "--space", "ofa_resnet50"],
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest", "skipped": "skipped"},
         on_request=True,
     ),

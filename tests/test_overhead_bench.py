@@ -163,14 +163,17 @@ class Static(nn.Module):  # a static network whose step takes 2 s on that clock
         return self.net(x)
 
 
-class OFAMobileNetV3(nn.Module):  # stands in for the official supernet: records the subnets it runs; 3 s a step
-    def __init__(self, n_classes, dropout_rate, width_mult, ks_list, expand_ratio_list, depth_list):
+class Supernet(nn.Module):  # stands in for an official supernet: records its keywords and subnets; 3 s a step
+    def __init__(self, **kwargs):
         super().__init__()
+        with Path(__file__).with_name("built.jsonl").open("a") as f:
+            f.write(json.dumps({"network": type(self).__name__, **kwargs}) + "\\n")
+        n_classes = kwargs["n_classes"]
         self.net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, n_classes))
 
-    def set_active_subnet(self, ks, e, d):
+    def set_active_subnet(self, **config):
         with Path(__file__).with_name("seen.jsonl").open("a") as f:
-            f.write(json.dumps({"ks": ks, "e": e, "d": d}) + "\\n")
+            f.write(json.dumps(config) + "\\n")
 
     def get_active_subnet(self, preserve_weight):
         return Static(copy.deepcopy(self.net))
@@ -178,37 +181,47 @@ class OFAMobileNetV3(nn.Module):  # stands in for the official supernet: records
     def forward(self, x):
         NOW[0] += 3.0
         return self.net(x)
+
+
+class OFAMobileNetV3(Supernet):
+    pass
+
+
+class OFAResNets(Supernet):
+    pass
 """
 
 
-def test_official_overhead_runs_the_official_package_on_our_three_subnets(tmp_path, capsys):
+@pytest.mark.parametrize(("space", "invocations"), [("mbv3", 2), ("ofa_resnet50", 1)])
+def test_official_overhead_runs_the_official_package_on_our_three_subnets(space, invocations, tmp_path, capsys):
     networks = tmp_path / "ofa" / "imagenet_classification" / "elastic_nn" / "networks"
     networks.mkdir(parents=True)
     for folder in [networks, *networks.parents][:4]:
         (folder / "__init__.py").touch()
     (networks / "__init__.py").write_text(textwrap.dedent(FAKE_OFFICIAL))
-    argv = ["--official", str(tmp_path), "--invocations", "2", "--rounds", "2", "--resolution", "8", "--json"]
-    assert official_overhead.main(argv) == 0
+    argv = ["--official", str(tmp_path), "--invocations", str(invocations), "--rounds", "2", "--resolution", "8"]
+    assert official_overhead.main([*argv, "--space", space, "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for name in ("max", "mid", "min"):
-        assert result[f"overhead_{name}_runs"] == [1.5, 1.5] and result[f"overhead_{name}"] == 1.5  # 3 s / 2 s
+        assert result[f"overhead_{name}_runs"] == [1.5] * invocations and result[f"overhead_{name}"] == 1.5  # 3 s / 2 s
+    built = [json.loads(line) for line in (networks / "built.jsonl").read_text().splitlines()]
     seen = [json.loads(line) for line in (networks / "seen.jsonl").read_text().splitlines()]
-    expected = official_overhead.official_subnets(8)
-    assert expected["min"] == {"ks": [3] * 20, "e": [3] * 20, "d": [2] * 5}
-    assert expected["max"] == {"ks": [7] * 20, "e": [6] * 20, "d": [4] * 5}
+    expected = official_overhead.official_subnets(8, space)
+    if space == "mbv3":
+        lists = {"ks_list": [3, 5, 7], "expand_ratio_list": [3, 4, 6], "depth_list": [2, 3, 4]}
+        assert built[0] == {"network": "OFAMobileNetV3", "n_classes": 1000, "dropout_rate": 0.1, "width_mult": 1.0} | lists
+        assert expected["min"] == {"ks": [3] * 20, "e": [3] * 20, "d": [2] * 5}
+        assert expected["max"] == {"ks": [7] * 20, "e": [6] * 20, "d": [4] * 5}
+    else:  # the published OFA-ResNet50 (model_zoo's ofa_resnet50)
+        lists = {"depth_list": [0, 1, 2], "expand_ratio_list": [0.2, 0.25, 0.35], "width_mult_list": [0.65, 0.8, 1.0]}
+        assert built[0] == {"network": "OFAResNets", "n_classes": 1000, "dropout_rate": 0.0} | lists
+        assert expected["min"] == {"d": [0] * 5, "e": [0.2] * 18, "w": [0] * 6}
+        assert expected["max"] == {"d": [2] * 5, "e": [0.35] * 18, "w": [2] * 6}
+    assert result["space"] == space and result["official_network"] == built[0]["network"] and len(built) == invocations
     assert {json.dumps(c) for c in seen} == {json.dumps(c) for c in expected.values()}
 
 
-def test_official_overhead_without_the_package_says_so_in_one_line(tmp_path, capsys):
-    assert official_overhead.main(["--official", str(tmp_path / "missing.whl"), "--json"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0].startswith("official_overhead: skipped: no official ofa package at ")
-    assert json.loads(lines[-1]) == {"skipped": f"no official ofa package at {tmp_path / 'missing.whl'}"}
-
-
-@pytest.mark.parametrize("flags", [["--invocations", "0"], ["--rounds", "1"]])
-def test_official_overhead_bad_flags_exit_with_a_usage_error(flags, capsys):
+def test_official_overhead_names_an_unknown_space_in_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        official_overhead.main(flags)
-    assert exc.value.code == 2
-    assert "official_overhead.py: error:" in capsys.readouterr().err
+        official_overhead.main(["--official", str(tmp_path), "--space", "nope"])
+    assert exc.value.code == 2 and "nope: space not found" in capsys.readouterr().err
