@@ -31,7 +31,6 @@ import torch
 
 from bench import step_timing as timing
 from bench.common import ROOT
-from ofa.utils.errors import OFAError
 
 DEFAULT_WHEEL = ROOT / "runs" / "official" / "ofa-0.1.0.post202307202001-py3-none-any.whl"
 
@@ -99,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps({"skipped": f"no official ofa package at {args.official}"}))
         return 0
+    from ofa.utils.errors import OFAError  # this project's ofa: only the workers import the official one
+
     try:
         network, kwargs = official_network(args.space)
     except OFAError as exc:
