@@ -93,7 +93,8 @@ class OFAResNet(nn.Module):
         for _, _, block, block_mid, block_out in self._active_blocks():
             x = block(x, block_mid, block_out)
         x = self.dropout(x.mean((2, 3)))
-        return F.linear(x, self.head.fc.weight[:, : x.shape[1]], self.head.fc.bias)
+        weight = self.head.fc.weight
+        return F.linear(x, weight if weight.shape[1] == x.shape[1] else weight[:, : x.shape[1]], self.head.fc.bias)
 
     # ----------------------------------------------------------------- static subnets
     @torch.no_grad()

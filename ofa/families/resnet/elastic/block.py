@@ -42,7 +42,7 @@ class ElasticBottleneck(nn.Module):
     def forward(self, x: torch.Tensor, mid: int, out: int) -> torch.Tensor:
         residual = x if self.shortcut is None else self.shortcut(x, out)
         y = self.conv3_1x1(self.conv2_kxk(self.conv1_1x1(x, mid), mid), out)
-        return F.relu(y + residual)
+        return F.relu(y + residual, inplace=True)
 
     def active_state(self, in_c: int, mid: int, out: int) -> dict[str, torch.Tensor]:
         """State dict of timm's ``BottleneckBlock(in_c, out)`` with middle width ``mid``, with these weights."""

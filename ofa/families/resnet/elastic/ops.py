@@ -51,9 +51,11 @@ class ElasticConvBn(nn.Module):
         self.bn = ElasticBatchNorm2d(out_channels)
 
     def forward(self, x: torch.Tensor, out_channels: int) -> torch.Tensor:
-        weight = self.conv.weight[:out_channels, : x.shape[1]]
+        weight = self.conv.weight
+        if weight.shape[:2] != (out_channels, x.shape[1]):  # a slice's backward zero-fills a full-size gradient
+            weight = weight[:out_channels, : x.shape[1]]
         x = self.bn(F.conv2d(x, weight, None, self.stride, self.conv.padding))
-        return F.relu(x) if self.act else x
+        return F.relu(x, inplace=True) if self.act else x  # in place, as timm's ConvNormAct (BN keeps its input)
 
     def active_state(self, in_channels: int, out_channels: int) -> dict[str, torch.Tensor]:
         """State dict of timm's ``ConvNormAct`` of these widths, with this op's weights."""
