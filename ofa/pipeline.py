@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
@@ -41,6 +42,18 @@ from search.predictor.model import AccuracyPredictor
 from search.search_config import SearchConfig
 
 TARGET_FRACTIONS = (0.1, 0.35, 0.65, 1.0)  # of the way from the smallest to the largest subnet's latency
+
+
+def round_up(value: float, digits: int = 4) -> float:
+    """``value`` rounded up to ``digits`` significant digits: a budget printed short that never falls
+    below the subnets it was placed above (rounding to nearest once put one under the cheapest)."""
+    if value <= 0:
+        return float(f"{value:.{digits}g}")
+    scale = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    rounded = float(f"{math.ceil(value / scale - 1e-9) * scale:.{digits}g}")
+    return rounded if rounded >= value else float(f"{(math.ceil(value / scale) + 1) * scale:.{digits}g}")
+
+
 T = TypeVar("T")
 
 
@@ -240,7 +253,7 @@ class Pipeline:
         space = table.space
         lo = min(table.predict(space.min_arch(r)) for r in space.resolutions)
         hi = max(table.predict(space.max_arch(r)) for r in space.resolutions)
-        return [float(f"{lo + f * (hi - lo):.4g}") for f in TARGET_FRACTIONS]
+        return [round_up(lo + f * (hi - lo)) for f in TARGET_FRACTIONS]
 
     def search(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import TINY_RECIPE as RECIPE
 from conftest import known_call_ms, onnx_top1
@@ -17,7 +18,7 @@ from ofa.families.mbv3.space import SearchSpace
 from ofa.lut import build as lut_build
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.timing import Standalone, time_models
-from ofa.pipeline import Pipeline, PipelineConfig, budget_cell, budget_notes
+from ofa.pipeline import Pipeline, PipelineConfig, budget_cell, budget_notes, round_up
 from ofa.train import load_recipe
 from ofa.utils.errors import OFAError
 from ofa.utils.io import read_yaml
@@ -132,3 +133,12 @@ def test_a_measured_latency_over_budget_is_flagged_with_what_to_do():
     assert [budget_cell(r["budget"]) for r in rows] == ["OVER +248%", "met"]
     notes = budget_notes(rows)
     assert len(notes) == 2 and notes[0].startswith("target 0.031 ms: measured 0.108 ms") and "±2.5%" in notes[1]
+
+
+def test_default_budgets_round_up_so_the_smallest_stays_reachable():
+    # To the nearest digit 0.019601 ms printed as 0.0196 ms, under the cheapest subnet it was placed above.
+    assert round_up(0.019601) == 0.01961 and round_up(0.0196) == 0.0196 and round_up(0.99999) == 1.0
+    values = np.random.default_rng(0).uniform(-6, 4, 20_000)
+    for value in 10.0**values:
+        budget = round_up(value)
+        assert value <= budget <= value * 1.001 and float(f"{budget:.4g}") == budget
