@@ -101,6 +101,19 @@ def lut_check_bench(
     )
 
 
+def official_bench(module: str, args: list[str], meaning: str, quick: list[str] | None = None) -> Benchmark:
+    """`bench.official_import` or `bench.official_overhead` (``module``) with ``args``; its quick form is
+    ``quick`` (default: the same command)."""
+    readme = {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"}
+    if module == "official_import":
+        readme = {"max_abs_diff": "max abs logit diff", "max_abs_diff_onnx": "ONNX"}
+    command = ["-m", f"bench.{module}", "--json", *args]
+    quick_command = command if quick is None else ["-m", f"bench.{module}", "--json", *quick]
+    return Benchmark(
+        command, meaning, quick_command, {**readme, "skipped": "skipped"}, on_request=module != "official_import"
+    )
+
+
 BENCHMARK_APP = TOOLS["openvino"]  # (what, command, regex) as a pack's README gives it
 
 
@@ -157,29 +170,26 @@ BENCHMARKS: dict[str, Benchmark] = {
         },
         on_request=True,
     ),
-    "official_overhead": Benchmark(
-        ["-m", "bench.official_overhead", "--json", "--invocations", "3"],
+    "official_overhead": official_bench(
+        "official_overhead",
+        ["--invocations", "3"],
         "the official OFA code timed as elastic_overhead times ours (its supernet's SGD step / its "
         "get_active_subnet model's, same three subnets, 3 processes); needs the official wheel in runs/official "
         "(see the script)",
-        ["-m", "bench.official_overhead", "--json", "--invocations", "1", "--rounds", "3"],
-        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest", "skipped": "skipped"},
-        on_request=True,
+        ["--invocations", "1", "--rounds", "3"],
     ),
-    "official_overhead_proxyless": Benchmark(
-        ["-m", "bench.official_overhead", "--json", "--invocations", "3", "--space", "proxyless"],
+    "official_overhead_proxyless": official_bench(
+        "official_overhead",
+        ["--invocations", "3", "--space", "proxyless"],
         "as official_overhead, the official OFAProxylessNASNets w1.3 on elastic_overhead_proxyless's three subnets",
-        ["-m", "bench.official_overhead", "--json", "--invocations", "1", "--rounds", "3", "--space", "proxyless"],
-        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest", "skipped": "skipped"},
-        on_request=True,
+        ["--invocations", "1", "--rounds", "3", "--space", "proxyless"],
     ),
-    "official_overhead_resnet": Benchmark(
-        ["-m", "bench.official_overhead", "--json", "--invocations", "3", "--rounds", "11", "--space", "ofa_resnet50"],
+    "official_overhead_resnet": official_bench(
+        "official_overhead",
+        ["--invocations", "3", "--rounds", "11", "--space", "ofa_resnet50"],
         "as official_overhead, the official OFAResNets (ofa_resnet50) on elastic_overhead_resnet's three subnets, "
         "11 rounds per process",
-        ["-m", "bench.official_overhead", "--json", "--invocations", "1", "--rounds", "3", "--space", "ofa_resnet50"],
-        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest", "skipped": "skipped"},
-        on_request=True,
+        ["--invocations", "1", "--rounds", "3", "--space", "ofa_resnet50"],
     ),
     "search_speed": Benchmark(
         ["-m", "bench.search_speed", "--json"],
@@ -321,29 +331,26 @@ BENCHMARKS: dict[str, Benchmark] = {
             ("benchmark_app", "mbv3_openvino-cpu-benchmark-app_t1_b1.yaml", "OpenVINO benchmark_app"),
         )
     },
-    "official_import": Benchmark(
-        ["-m", "bench.official_import", "--json"],
+    "official_import": official_bench(
+        "official_import",
+        [],
         "official OFA-MobileNetV3 checkpoints (w1.0 and w0.5 fixtures, 12 subnets each) imported: max abs "
         "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5), and of "
         "their ONNX exports (target ≤ 1e-4)",
-        ["-m", "bench.official_import", "--json"],
-        {"max_abs_diff": "max abs logit diff", "max_abs_diff_onnx": "ONNX", "skipped": "skipped"},
     ),
-    "official_import_proxyless": Benchmark(
-        ["-m", "bench.official_import", "--json", "--family", "proxyless"],
+    "official_import_proxyless": official_bench(
+        "official_import",
+        ["--family", "proxyless"],
         "official OFA-ProxylessNAS checkpoints (w1.3 and w0.5 fixtures, every fixture subnet) imported: max abs "
         "logit difference of supernet and extracted timm subnets vs the official network (target ≤ 1e-5), and of "
         "their ONNX exports (target ≤ 1e-4)",
-        ["-m", "bench.official_import", "--json", "--family", "proxyless"],
-        {"max_abs_diff": "max abs logit diff", "max_abs_diff_onnx": "ONNX", "skipped": "skipped"},
     ),
-    "official_import_resnet": Benchmark(
-        ["-m", "bench.official_import", "--json", "--family", "resnet"],
+    "official_import_resnet": official_bench(
+        "official_import",
+        ["--family", "resnet"],
         "the official OFA-ResNet50 fixture (widths 0.1/0.15/0.2, 8 subnets) imported: max abs logit difference "
         "of supernet and extracted timm ByobNet subnets vs the official network (target ≤ 1e-5), and of their "
         "ONNX exports (target ≤ 1e-4)",
-        ["-m", "bench.official_import", "--json", "--family", "resnet"],
-        {"max_abs_diff": "max abs logit diff", "max_abs_diff_onnx": "ONNX", "skipped": "skipped"},
     ),
     "ps_vs_scratch": ps_bench(
         "digits",
