@@ -40,11 +40,12 @@ from ofa.families.supernet_file import SUPERNET_FORMAT, read_record
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.layer_models import layer_specs
 from ofa.lut.timing import Standalone
-from ofa.pipeline import Pipeline, PipelineConfig
+from ofa.pipeline import Pipeline, PipelineConfig, round_up
 from ofa.train.bn import resize
 from ofa.utils.errors import OFAError, SpaceError
 from ofa.utils.io import read_json, save_torch, write_json
 from search.dense import macs_model, params_model
+from search.evolution import cheapest_rows
 from search.latency import LatencyTable
 from search.predictor.model import AccuracyPredictor
 
@@ -741,8 +742,11 @@ def test_train_table_predictor_search_export(toy, tmp_path, monkeypatch):
 
     out = tmp_path / "run"
     known_call_ms(monkeypatch, 0.25)  # the exports' latency measurements read a known value
-    lo, hi = table.predict(SPACE.min_arch(6)), table.predict(SPACE.max_arch(8))
-    targets = (round(lo + 0.5 * (hi - lo), 4), round(hi, 4))  # two budgets between the smallest and the largest
+    # Two budgets from the cheapest subnet up to the largest. A toy subnet's layers cost about one call's
+    # overhead, and on a busy host the table can price them all alike: the budgets stay 5% and 10% apart.
+    lo = float(table.predict_batch(cheapest_rows(SPACE, table.for_space(SPACE))).min())
+    hi = max(table.predict(SPACE.max_arch(8)), 1.1 * lo)
+    targets = (round_up(lo + 0.5 * (hi - lo)), round_up(hi))
     cfg = PipelineConfig(recipe=recipe, out=out, subnets=10, lut=table_path, targets_ms=targets)
     result = Pipeline(cfg, log=lambda _: None).run()
     assert result.ran == ["train", "collect", "fit", "search", *(f"export arch_{t:g}ms" for t in targets)]
