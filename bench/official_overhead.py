@@ -35,28 +35,29 @@ from bench.common import ROOT
 DEFAULT_WHEEL = ROOT / "runs" / "official" / "ofa-0.1.0.post202307202001-py3-none-any.whl"
 
 
-def official_subnets(resolution: int, space_name: str = "mbv3") -> dict[str, dict[str, list]]:
-    """`bench.elastic_overhead`'s three subnets of a preset space in the official encoding (no ``r``)."""
+def official_spec(space_name: str, resolution: int) -> dict[str, object]:
+    """What a worker builds and times for a preset space: the official ``networks`` class, its constructor's
+    keywords (the space's choice lists) and `bench.elastic_overhead`'s three subnets in the official
+    encoding (no ``r``)."""
     # This project's ofa, imported here in the parent process only: the workers' ofa is the official one.
     from bench.elastic_overhead import three_subnets
-    from search.latency import space_from_arg
-
-    subnets = three_subnets(space_from_arg(space_name), resolution)
-    return {name: {k: v for k, v in arch.to_ofa_config().items() if k != "r"} for name, arch in subnets.items()}
-
-
-def official_network(space_name: str) -> tuple[str, dict[str, object]]:
-    """(class name in the official ``networks`` module, its constructor's keywords) for a preset space."""
+    from ofa.families.registry import family_of
     from search.latency import space_from_arg
 
     space = space_from_arg(space_name)
-    common = {"n_classes": space.num_classes, "dropout_rate": space.dropout}
-    if space.to_dict().get("family") == "resnet":
+    family = family_of(space).name
+    kwargs: dict[str, object] = {"n_classes": space.num_classes, "dropout_rate": space.dropout}
+    if family == "resnet":
+        network = "OFAResNets"
         lists = {"depth_list": space.depths, "expand_ratio_list": space.expands, "width_mult_list": space.widths}
-        return "OFAResNets", {**common, **{k: list(v) for k, v in lists.items()}}
-    name = "OFAProxylessNASNets" if space.to_dict().get("family") == "proxyless" else "OFAMobileNetV3"
-    lists = {"ks_list": space.kernels, "expand_ratio_list": space.expands, "depth_list": space.depths}
-    return name, {**common, "width_mult": space.width_mult, **{k: list(v) for k, v in lists.items()}}
+    else:
+        network = "OFAProxylessNASNets" if family == "proxyless" else "OFAMobileNetV3"
+        lists = {"ks_list": space.kernels, "expand_ratio_list": space.expands, "depth_list": space.depths}
+        kwargs["width_mult"] = space.width_mult
+    kwargs.update({k: list(v) for k, v in lists.items()})
+    subnets = three_subnets(space, resolution)
+    configs = {name: {k: v for k, v in arch.to_ofa_config().items() if k != "r"} for name, arch in subnets.items()}
+    return {"network": network, "kwargs": kwargs, "subnets": configs}
 
 
 def worker(args: argparse.Namespace) -> dict[str, object]:
@@ -101,16 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     from ofa.utils.errors import OFAError  # this project's ofa: only the workers import the official one
 
     try:
-        network, kwargs = official_network(args.space)
+        spec = official_spec(args.space, args.resolution)
     except OFAError as exc:
         parser.error(str(exc))
-    spec = {"network": network, "kwargs": kwargs, "subnets": official_subnets(args.resolution, args.space)}
     command = [*timing.invocation_command("bench.official_overhead", args), "--worker", json.dumps(spec)]
     # The official ofa ahead of site-packages and of this repository (which gives `bench`); the workers run in
     # bench/, where no `ofa` folder stands first on their path.
     env = {"PYTHONPATH": os.pathsep.join([str(args.official.resolve()), str(ROOT)])}
     runs = timing.median_of_invocations(command, args.invocations, ["threads"], env, cwd=ROOT / "bench")
-    runs["space"], runs["official_network"] = args.space, network
+    runs["space"], runs["official_network"] = args.space, spec["network"]
     timing.report(runs, args.json)
     return 0
 

@@ -45,13 +45,13 @@ TARGET_FRACTIONS = (0.1, 0.35, 0.65, 1.0)  # of the way from the smallest to the
 
 
 def round_up(value: float, digits: int = 4) -> float:
-    """``value`` rounded up to ``digits`` significant digits: a budget printed short that never falls
-    below the subnets it was placed above (rounding to nearest once put one under the cheapest)."""
-    if value <= 0:
-        return float(f"{value:.{digits}g}")
-    scale = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
-    rounded = float(f"{math.ceil(value / scale - 1e-9) * scale:.{digits}g}")
-    return rounded if rounded >= value else float(f"{(math.ceil(value / scale) + 1) * scale:.{digits}g}")
+    """A positive ``value`` rounded up to ``digits`` significant digits: a budget printed short that never
+    falls below the subnets it was placed above (rounding to nearest once put one under the cheapest)."""
+    rounded = float(f"{value:.{digits}g}")
+    if rounded < value:
+        step = 10.0 ** (math.floor(math.log10(rounded)) - digits + 1)
+        rounded = float(f"{rounded + step:.{digits}g}")
+    return rounded
 
 
 T = TypeVar("T")

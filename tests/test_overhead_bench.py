@@ -206,7 +206,7 @@ def test_official_overhead_runs_the_official_package_on_our_three_subnets(space,
         assert result[f"overhead_{name}_runs"] == [1.5] * invocations and result[f"overhead_{name}"] == 1.5  # 3 s / 2 s
     built = [json.loads(line) for line in (networks / "built.jsonl").read_text().splitlines()]
     seen = [json.loads(line) for line in (networks / "seen.jsonl").read_text().splitlines()]
-    expected = official_overhead.official_subnets(8, space)
+    expected = official_overhead.official_spec(space, 8)["subnets"]
     if space == "mbv3":
         lists = {"ks_list": [3, 5, 7], "expand_ratio_list": [3, 4, 6], "depth_list": [2, 3, 4], "width_mult": 1.0}
         assert built[0] == {"network": "OFAMobileNetV3", "n_classes": 1000, "dropout_rate": 0.1} | lists

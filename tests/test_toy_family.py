@@ -744,7 +744,8 @@ def test_train_table_predictor_search_export(toy, tmp_path, monkeypatch):
     known_call_ms(monkeypatch, 0.25)  # the exports' latency measurements read a known value
     # Two budgets from the cheapest subnet up to the largest. A toy subnet's layers cost about one call's
     # overhead, and on a busy host the table can price them all alike: the budgets stay 5% and 10% apart.
-    lo = float(table.predict_batch(cheapest_rows(SPACE, table.for_space(SPACE))).min())
+    bound = table.for_space(SPACE)
+    lo = float(bound.predict_batch(cheapest_rows(SPACE, bound)).min())
     hi = max(table.predict(SPACE.max_arch(8)), 1.1 * lo)
     targets = (round_up(lo + 0.5 * (hi - lo)), round_up(hi))
     cfg = PipelineConfig(recipe=recipe, out=out, subnets=10, lut=table_path, targets_ms=targets)
@@ -760,7 +761,6 @@ def test_train_table_predictor_search_export(toy, tmp_path, monkeypatch):
 
     data = data_from_meta(net.meta)
     search = read_json(out / "search" / "search.json", "search")
-    bound = table.for_space(SPACE)
     for target, row in zip(search["targets"], result.rows):
         arch = registry.load_arch(SPACE, out / "search" / f"arch_{target['target_ms']:g}ms.json")
         assert bound.predict(arch) <= target["target_ms"] + 1e-9

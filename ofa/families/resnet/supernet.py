@@ -20,6 +20,7 @@ from torch import nn
 
 from ofa.families.resnet.arch import ResNetArch
 from ofa.families.resnet.elastic import ElasticBottleneck, ElasticConvBn
+from ofa.families.resnet.elastic.ops import leading
 from ofa.families.resnet.encoding import sample_arch
 from ofa.families.resnet.layers import mid_channels
 from ofa.families.resnet.space import ResNetSpace
@@ -93,8 +94,8 @@ class OFAResNet(nn.Module):
         for _, _, block, block_mid, block_out in self._active_blocks():
             x = block(x, block_mid, block_out)
         x = self.dropout(x.mean((2, 3)))
-        weight = self.head.fc.weight
-        return F.linear(x, weight if weight.shape[1] == x.shape[1] else weight[:, : x.shape[1]], self.head.fc.bias)
+        fc = self.head.fc
+        return F.linear(x, leading(fc.weight, fc.out_features, x.shape[1]), fc.bias)
 
     # ----------------------------------------------------------------- static subnets
     @torch.no_grad()

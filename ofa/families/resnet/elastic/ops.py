@@ -12,6 +12,14 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def leading(weight: torch.Tensor, out_channels: int, in_channels: int) -> torch.Tensor:
+    """``weight[:out, :in]``, or ``weight`` itself when that is all of it: a slice's backward zero-fills
+    a full-size gradient, which the largest subnet would pay for nothing."""
+    if weight.shape[:2] == (out_channels, in_channels):
+        return weight
+    return weight[:out_channels, :in_channels]
+
+
 class ElasticBatchNorm2d(nn.BatchNorm2d):
     """Batch norm over the first C channels of its statistics and affine parameters."""
 
@@ -51,9 +59,7 @@ class ElasticConvBn(nn.Module):
         self.bn = ElasticBatchNorm2d(out_channels)
 
     def forward(self, x: torch.Tensor, out_channels: int) -> torch.Tensor:
-        weight = self.conv.weight
-        if weight.shape[:2] != (out_channels, x.shape[1]):  # a slice's backward zero-fills a full-size gradient
-            weight = weight[:out_channels, : x.shape[1]]
+        weight = leading(self.conv.weight, out_channels, x.shape[1])
         x = self.bn(F.conv2d(x, weight, None, self.stride, self.conv.padding))
         return F.relu(x, inplace=True) if self.act else x  # in place, as timm's ConvNormAct (BN keeps its input)
 
