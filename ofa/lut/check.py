@@ -39,7 +39,7 @@ from ofa.families.registry import family_of, layout_of
 from ofa.lut.layer_models import subnet_runners
 from ofa.lut.stats import Stats, noise_pct
 from ofa.lut.timing import WARN_NOISE_PCT, Protocol, Standalone, protocol_from_dict, time_models, with_overrides
-from ofa.runtime.runtimes import backend_device, check_backend
+from ofa.runtime.runtimes import backend_device, check_backend, check_dtype
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import atomic_write, write_json, write_text
@@ -63,6 +63,13 @@ class CheckConfig:
         default=None, metadata={"help": "resolutions to check (default: all of the table's)"}
     )
     seed: int = field(default=0, metadata={"help": "seed of the subnets and the timing order"})
+    dtype: Literal["float32", "int8"] | None = field(
+        default=None,
+        metadata={
+            "help": "the dtype the subnets are judged in: the table's (meta.dtype; int8: each quantized as the "
+            "build quantized its models); given, it must agree"
+        },
+    )
     repeats: int | None = field(
         default=None, metadata={"help": "blocks (standalone) or rounds per model (default: the protocol's)"}
     )
@@ -183,8 +190,8 @@ def _time_block(
 ) -> tuple[list[Stats], list[Stats]]:
     """Load one block of subnets with the probes, time them together, release them: (subnet, probe) stats."""
     meta, space = table.meta, table.space
-    runners = subnet_runners(space, archs, meta["backend"], meta["batch"], meta["threads"])
-    probe_runners = subnet_runners(space, probes, meta["backend"], meta["batch"], meta["threads"])
+    runners = subnet_runners(space, archs, meta["backend"], meta["batch"], meta["threads"], table.dtype)
+    probe_runners = subnet_runners(space, probes, meta["backend"], meta["batch"], meta["threads"], table.dtype)
     stats = time_models({**runners, **{f"<probe>{k}": v for k, v in probe_runners.items()}}, protocol)
     return [stats[k] for k in runners], [stats[f"<probe>{k}"] for k in probe_runners]
 
@@ -237,10 +244,14 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
     """Measure ``cfg.n`` random subnets per resolution and compare them with the table's predictions.
 
     Raises `OFAError` for a resolution the table does not cover, a space with too few subnets outside
-    the calibration set, or a backend this machine lacks.
+    the calibration set, a backend this machine lacks, or a ``cfg.dtype`` that is not the table's.
     """
     meta = table.meta
     check_backend(meta["backend"])
+    label = field_label(CheckConfig, "dtype")
+    if cfg.dtype is not None and cfg.dtype != table.dtype:
+        raise OFAError(f"{label} {cfg.dtype}: {table.source} was measured in {table.dtype} (meta.dtype)")
+    check_dtype(meta["backend"], table.dtype, f"{table.source}: meta.dtype")
     protocol = check_protocol(table, cfg)
     resolutions = list(cfg.resolutions or table.space.resolutions)
     archs = sample_check_archs(table, resolutions, cfg.n, cfg.seed)
@@ -278,6 +289,7 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
     }
     summary["too_noisy"] = [r for r in resolutions if per_res[r]["noise_pct"] > cfg.max_noise_pct]
     summary["max_noise_pct"] = cfg.max_noise_pct
+    summary["dtype"] = table.dtype
     summary["protocol"] = protocol.to_dict()
     summary["clock"] = protocol.clock_name(backend_device(meta["backend"]), int(meta["threads"]))
     return CheckResult(rows, summary)
