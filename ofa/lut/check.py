@@ -166,6 +166,16 @@ def sample_check_archs(table: LatencyTable, resolutions: Sequence[int], n: int, 
     return archs
 
 
+def judged_dtype(table: LatencyTable, dtype: str | None) -> str:
+    """The dtype a check judges ``table`` in: its own; a ``dtype`` asked for that disagrees is one line."""
+    if dtype is not None and dtype != table.dtype:
+        raise OFAError(
+            f"{field_label(CheckConfig, 'dtype')} {dtype}: {table.source} was measured in {table.dtype} (meta.dtype)"
+        )
+    check_dtype(str(table.meta["backend"]), table.dtype, f"{table.source}: meta.dtype")
+    return table.dtype
+
+
 def summarize_errors(predicted: Sequence[float], measured: Sequence[float]) -> dict[str, float | int]:
     p, m = np.asarray(predicted, np.float64), np.asarray(measured, np.float64)
     err = p / m - 1
@@ -248,10 +258,7 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
     """
     meta = table.meta
     check_backend(meta["backend"])
-    label = field_label(CheckConfig, "dtype")
-    if cfg.dtype is not None and cfg.dtype != table.dtype:
-        raise OFAError(f"{label} {cfg.dtype}: {table.source} was measured in {table.dtype} (meta.dtype)")
-    check_dtype(meta["backend"], table.dtype, f"{table.source}: meta.dtype")
+    judged_dtype(table, cfg.dtype)
     protocol = check_protocol(table, cfg)
     resolutions = list(cfg.resolutions or table.space.resolutions)
     archs = sample_check_archs(table, resolutions, cfg.n, cfg.seed)
