@@ -138,7 +138,7 @@ def pack_models(space: Space, cfg: PackConfig) -> Path:
             "backend": formats.FORMAT_BACKEND[cfg.format],
             "batch": cfg.batch,
             "dtype": cfg.dtype,
-            **({"int8": SYNTHETIC_RECORD} if cfg.dtype == "int8" else {}),
+            **({"int8": dict(SYNTHETIC_RECORD)} if cfg.dtype == "int8" else {}),
             "seed": cfg.seed,
             "calibration_subnets": cfg.calibrate,
             "space_fingerprint": space.fingerprint(),
