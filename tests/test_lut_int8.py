@@ -121,7 +121,8 @@ def test_resume_keeps_the_dtype(built, tmp_path):
     old.write_text(yaml.safe_dump(doc))
     assert LatencyTable.load(old).dtype == "float32"
     assert build_table(digits_cut(), replace(cfg, out=old)).dtype == "float32"  # complete: nothing timed
-    with pytest.raises(OFAError, match=r"exists with dtype='float32', this build asks 'int8'"):
+    asks = r"exists with dtype='float32', this build asks 'int8' \(dtype / --dtype\); delete it"
+    with pytest.raises(OFAError, match=asks):
         build_table(digits_cut(), replace(cfg, out=old, dtype="int8"))
 
 

@@ -26,7 +26,7 @@ import platform
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -262,10 +262,12 @@ def _resume(out: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     if not isinstance(doc, Mapping) or not isinstance(doc.get("meta"), Mapping):
         raise OFAError(f"{out}: exists and is not a latency table; choose another --out")
     old = {"dtype": "float32", **doc["meta"]}  # tables from before INT8 name no dtype
+    options = {f.name for f in fields(TableBuildConfig) if "help" in f.metadata}
     for key in RESUME_KEYS:
         if old.get(key) != meta[key]:
+            flag = f" ({field_label(TableBuildConfig, key)})" if key in options else ""
             raise OFAError(
-                f"{out}: exists with {key}={old.get(key)!r}, this build asks {meta[key]!r}; "
+                f"{out}: exists with {key}={old.get(key)!r}, this build asks {meta[key]!r}{flag}; "
                 f"delete it or choose another --out"
             )
     old.setdefault("resolutions_done", [])
