@@ -164,3 +164,5 @@ def test_library_names_the_field_and_flag():
         runtimes.make_runner("torch-cpu", None, (1, 1), 1, dtype="int8")
     with pytest.raises(OFAError, match=r"^format 'openvino' has no int8 path here"):
         runtimes.formats.convert("openvino", None, (1, 1), dtype="int8")
+    with pytest.raises(OFAError, match=r"^format 'onnx' has no fp16 path here"):
+        runtimes.formats.convert("onnx", None, (1, 1), dtype="fp16")

@@ -17,7 +17,7 @@ from torch import nn
 
 from ofa.runtime import executorch_backend, openvino_backend
 from ofa.runtime.convert import export_onnx
-from ofa.runtime.quantize import quantize_synthetic
+from ofa.runtime.quantize import DTYPES, quantize_synthetic
 from ofa.utils.errors import OFAError
 
 FORMAT_BACKEND = {"onnx": "ort-cpu", "openvino": "openvino-cpu", "executorch": "executorch-xnnpack"}
@@ -59,8 +59,8 @@ def convert(
 ) -> Any:
     """``module`` (or, for ONNX and OpenVINO, ``onnx_model``) in format ``fmt``: ONNX or .pte bytes, an
     ``openvino.Model``. ``dtype="int8"`` (ONNX only): quantized on synthetic data (`quantize_synthetic`)."""
-    if dtype != "float32" and fmt != "onnx":
-        raise OFAError(f"format {fmt!r} has no {dtype} path here (INT8: onnx only)")
+    if dtype not in DTYPES or (dtype == "int8" and fmt != "onnx"):
+        raise OFAError(f"format {fmt!r} has no {dtype} path here (float32, or int8 for onnx)")
     if fmt == "executorch":
         if module is None:
             raise OFAError("an ExecuTorch program is made from a torch module, and none was given")

@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from ofa.runtime import formats
+from ofa.runtime.quantize import DTYPES
 from ofa.utils.errors import OFAError
 
 BACKENDS = ("ort-cpu", "torch-cpu", "ort-cuda", "torch-cuda", "openvino-cpu", "executorch-xnnpack")
-DTYPES = ("float32", "int8")
 INT8_BACKENDS = ("ort-cpu",)  # backends with an INT8 path here (QDQ on onnxruntime's CPU kernels)
 
 
