@@ -89,6 +89,12 @@ class LatencyTable:
     def resolutions(self) -> tuple[int, ...]:
         return self.table_space.resolutions
 
+    @property
+    def dtype(self) -> str:
+        """What the timed models computed in: ``float32``, or ``int8`` (quantized; ``meta.int8`` says how), so a
+        search can refuse a table of another dtype than its models'. Tables that name none are float32."""
+        return str(self.meta.get("dtype") or "float32")
+
     def entry_ms(self, layer: Any) -> float:
         """Measured latency of one layer config; a missing key is an error naming it."""
         entry = self.entries.get(layer.key)
@@ -171,6 +177,7 @@ class LatencyTable:
             f"{m.get('device', '?')} / {m['backend']} {m.get('runtime_version', '')} / {m['threads']} thread(s) "
             f"/ batch {m['batch']} / {len(self.entries)} entries / resolutions {list(self.resolutions)} "
             f"/ {protocol} protocol, {m.get('clock', '?')} clock"
+            + (f" / {self.dtype}" if self.dtype != "float32" else "")
         )
 
 

@@ -183,7 +183,7 @@ def run_build_with_runner(args: argparse.Namespace) -> int:
     pack = PackConfig(
         out=args.pack or args.out.with_suffix(".pack"),
         format=args.backend,
-        **{k: build[k] for k in ("resolutions", "batch", "calibrate", "seed", "progress")},
+        **{k: build[k] for k in ("resolutions", "batch", "dtype", "calibrate", "seed", "progress")},
     )
     cfg = RunnerBuildConfig(
         out=args.out,
@@ -219,7 +219,7 @@ def run_check_with_runner(args: argparse.Namespace) -> int:
         CommandRunner(args.runner, args.runner_regex),
         out / "models",
         blocks=args.repeats or 3,
-        **{k: check[k] for k in ("n", "resolutions", "seed", "progress")},
+        **{k: check[k] for k in ("n", "resolutions", "seed", "progress", "dtype")},
     )
     result = check_with_runner_file(args.table, cfg, out)
     for name, s in [("all", result.summary), *result.summary["per_resolution"].items()]:

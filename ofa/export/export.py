@@ -4,7 +4,7 @@ The arch is checked once, at the entry (`check_arch`, with the table and INT8 in
 trusts it and gives a value: the static subnet (extracted, BN recalibrated on training images; a subnet
 fine-tuned on its own by `ofa finetune` keeps its statistics) → the ONNX model (`ofa.runtime.convert`,
 through ``onnx.checker``'s full check) → onnxruntime vs PyTorch parity on real and random inputs
-(`ofa.export.verify`) → test-split accuracy → optional INT8 (`ofa.export.quantize`) → measured latency
+(`ofa.export.verify`) → test-split accuracy → optional INT8 (`ofa.runtime.quantize`) → measured latency
 and the budget verdict (`ofa.lut.timing`, `ofa.export.budget`) → metadata in the models → the other
 formats, each checked on its own runtime (`ofa.export.edge_formats`). The `ExportResult` is built once
 from those values, then every file is written at once (`ofa.export.write`): a model folder for timm and
@@ -29,7 +29,6 @@ from ofa.data.loaders import make_loader
 from ofa.export.budget import budget_verdict
 from ofa.export.edge_formats import Converted, FormatChecks, convert_and_check, format_files
 from ofa.export.model_folder import FOLDER_CARD, FOLDER_ONNX, FolderContent, folder_layout
-from ofa.export.quantize import quantize_int8
 from ofa.export.result import ExportResult, Preprocessing
 from ofa.export.steps import (
     Accuracy,
@@ -53,6 +52,7 @@ from ofa.families.subnet_file import FOLDER_WEIGHTS
 from ofa.lut.measure import measure_latencies
 from ofa.runtime.convert import DEFAULT_OPSET, check_onnx, check_opset, to_onnx
 from ofa.runtime.formats import check_format, require
+from ofa.runtime.quantize import quantize_int8
 from ofa.runtime.runtimes import OrtModel
 from ofa.train.bn import recalibrate_bn
 from ofa.utils.errors import OFAError, SpaceError

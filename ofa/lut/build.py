@@ -13,6 +13,9 @@ the host's burstiness beside it). A noisy machine does not stop a build: a resol
 is marked ``noisy``, so a later run with ``remeasure_noisy`` times only those again. A strict
 ``max_noise_pct`` (for tables built in CI) refuses instead: the resolution is timed again, up to
 ``NOISE_ATTEMPTS`` times, then the build stops with one line and writes nothing for it.
+
+``dtype="int8"`` times every model but the empty one quantized as it ships (`ofa.runtime.quantize`), and
+records per resolution the op types the runtime still computed in float (``meta.int8.float_ops``).
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ import datetime as dt
 import itertools
 import platform
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from tqdm import tqdm
@@ -37,7 +41,8 @@ from ofa.lut.layer_models import LayerModules, empty_runner, input_shape, subnet
 from ofa.lut.stats import Stats, noise_pct, spread_pct
 from ofa.lut.timing import NOISE_CRITERION, WARN_NOISE_PCT, Protocol, Standalone, time_models
 from ofa.runtime.convert import DEFAULT_OPSET
-from ofa.runtime.runtimes import Runner, backend_device, check_backend, make_runner, runtime_info
+from ofa.runtime.quantize import SYNTHETIC_RECORD
+from ofa.runtime.runtimes import Runner, backend_device, check_backend, check_dtype, make_runner, runtime_info
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import read_yaml
@@ -63,6 +68,13 @@ class TableBuildConfig:
     resolutions: tuple[int, ...] | None = field(default=None, metadata={"help": "resolutions (default: the space's)"})
     threads: int = field(default=1, metadata={"help": "threads the models run with"})
     batch: int = field(default=1, metadata={"help": "batch size of the timed models"})
+    dtype: Literal["float32", "int8"] = field(
+        default="float32",
+        metadata={
+            "help": "int8: every timed model (layers, whole subnets) quantized as export does (QDQ U8S8, "
+            "per-channel weights) on synthetic calibration batches; ort-cpu only"
+        },
+    )
     protocol: Protocol = field(default_factory=Standalone)
     calibrate: int = field(default=10, metadata={"help": "whole subnets per resolution for the correction (0: none)"})
     max_noise_pct: float | None = field(
@@ -84,6 +96,7 @@ class TableBuildConfig:
     def __post_init__(self) -> None:
         check_backend(self.backend)
         label = partial(field_label, TableBuildConfig)
+        check_dtype(self.backend, self.dtype, label("dtype"))
         for name in ("threads", "batch"):
             if getattr(self, name) < 1:
                 raise OFAError(f"{label(name)} must be positive, got {getattr(self, name)}")
@@ -219,7 +232,10 @@ def _new_meta(space: Space, cfg: TableBuildConfig) -> dict[str, Any]:
         "onnx_opset": DEFAULT_OPSET if cfg.backend.startswith(("ort", "openvino")) else None,
         "threads": cfg.threads,
         "batch": cfg.batch,
-        "dtype": "float32",
+        "dtype": cfg.dtype,
+        # float_ops: per resolution, each op type the runtime computed in float (its fallbacks, timed as they
+        # are), with the number of timed models that have one
+        **({"int8": {**SYNTHETIC_RECORD, "empty_model": "float32", "float_ops": {}}} if cfg.dtype == "int8" else {}),
         "protocol": cfg.protocol.to_dict(),
         "clock": cfg.protocol.clock_name(backend_device(cfg.backend), cfg.threads),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -245,11 +261,13 @@ def _resume(out: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     doc = read_yaml(out, "latency table")
     if not isinstance(doc, Mapping) or not isinstance(doc.get("meta"), Mapping):
         raise OFAError(f"{out}: exists and is not a latency table; choose another --out")
-    old = dict(doc["meta"])
+    old = {"dtype": "float32", **doc["meta"]}  # tables from before INT8 name no dtype
+    options = {f.name for f in fields(TableBuildConfig) if "help" in f.metadata}
     for key in RESUME_KEYS:
         if old.get(key) != meta[key]:
+            flag = f" ({field_label(TableBuildConfig, key)})" if key in options else ""
             raise OFAError(
-                f"{out}: exists with {key}={old.get(key)!r}, this build asks {meta[key]!r}; "
+                f"{out}: exists with {key}={old.get(key)!r}, this build asks {meta[key]!r}{flag}; "
                 f"delete it or choose another --out"
             )
     old.setdefault("resolutions_done", [])
@@ -260,7 +278,7 @@ def _layer_runners(modules: LayerModules, r: int, cfg: TableBuildConfig) -> dict
     runners: dict[str, Runner] = {}
     layers = modules.for_resolution(r)
     for key, (spec, module) in tqdm(layers.items(), desc=f"export r={r}", disable=not cfg.progress, leave=False):
-        runners[key] = make_runner(cfg.backend, module, input_shape(spec, cfg.batch), cfg.threads)
+        runners[key] = make_runner(cfg.backend, module, input_shape(spec, cfg.batch), cfg.threads, dtype=cfg.dtype)
     return runners
 
 
@@ -276,14 +294,15 @@ def _measure_resolution(
     layers = _layer_runners(modules, r, cfg)
     archs = calibration_archs(space, r, cfg.calibrate, meta["seed"])
     probes = probe_archs(space, r, PROBES, meta["seed"], exclude=archs)
-    subnets = subnet_runners(space, archs, cfg.backend, cfg.batch, cfg.threads)
-    probe_runners = {
-        f"<probe>{k}": v for k, v in subnet_runners(space, probes, cfg.backend, cfg.batch, cfg.threads).items()
-    }
+    subnets = subnet_runners(space, archs, cfg.backend, cfg.batch, cfg.threads, cfg.dtype)
+    probes_by_key = subnet_runners(space, probes, cfg.backend, cfg.batch, cfg.threads, cfg.dtype)
+    probe_runners = {f"<probe>{k}": v for k, v in probes_by_key.items()}
     extra = {}
     if meta["overhead_ms"] is None and not cfg.backend.startswith("torch"):
         extra["<empty>"] = empty_runner(cfg.backend, cfg.batch, cfg.threads)
     models = {**layers, **extra, **subnets, **probe_runners}
+    if "int8" in meta:
+        meta["int8"]["float_ops"][r] = dict(sorted(Counter(op for m in models.values() for op in m.float_ops).items()))
     stats = _time_quietly(models, [*probe_runners, *subnets] or list(models), r, meta, cfg)
     meta.setdefault("probes", {})[r] = [
         {"arch": a.to_dict(), "measured_ms": round(stats[name]["mean_ms"], 6)} for a, name in zip(probes, probe_runners)

@@ -39,7 +39,7 @@ from ofa.families.registry import family_of, layout_of
 from ofa.lut.layer_models import subnet_runners
 from ofa.lut.stats import Stats, noise_pct
 from ofa.lut.timing import WARN_NOISE_PCT, Protocol, Standalone, protocol_from_dict, time_models, with_overrides
-from ofa.runtime.runtimes import backend_device, check_backend
+from ofa.runtime.runtimes import backend_device, check_backend, check_dtype
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import atomic_write, write_json, write_text
@@ -63,6 +63,13 @@ class CheckConfig:
         default=None, metadata={"help": "resolutions to check (default: all of the table's)"}
     )
     seed: int = field(default=0, metadata={"help": "seed of the subnets and the timing order"})
+    dtype: Literal["float32", "int8"] | None = field(
+        default=None,
+        metadata={
+            "help": "the dtype the subnets are judged in: the table's (meta.dtype; int8: each quantized as the "
+            "build quantized its models); given, it must agree"
+        },
+    )
     repeats: int | None = field(
         default=None, metadata={"help": "blocks (standalone) or rounds per model (default: the protocol's)"}
     )
@@ -159,6 +166,16 @@ def sample_check_archs(table: LatencyTable, resolutions: Sequence[int], n: int, 
     return archs
 
 
+def judged_dtype(table: LatencyTable, dtype: str | None) -> str:
+    """The dtype a check judges ``table`` in: its own; a ``dtype`` asked for that disagrees is one line."""
+    if dtype is not None and dtype != table.dtype:
+        raise OFAError(
+            f"{field_label(CheckConfig, 'dtype')} {dtype}: {table.source} was measured in {table.dtype} (meta.dtype)"
+        )
+    check_dtype(str(table.meta["backend"]), table.dtype, f"{table.source}: meta.dtype")
+    return table.dtype
+
+
 def summarize_errors(predicted: Sequence[float], measured: Sequence[float]) -> dict[str, float | int]:
     p, m = np.asarray(predicted, np.float64), np.asarray(measured, np.float64)
     err = p / m - 1
@@ -183,8 +200,8 @@ def _time_block(
 ) -> tuple[list[Stats], list[Stats]]:
     """Load one block of subnets with the probes, time them together, release them: (subnet, probe) stats."""
     meta, space = table.meta, table.space
-    runners = subnet_runners(space, archs, meta["backend"], meta["batch"], meta["threads"])
-    probe_runners = subnet_runners(space, probes, meta["backend"], meta["batch"], meta["threads"])
+    runners = subnet_runners(space, archs, meta["backend"], meta["batch"], meta["threads"], table.dtype)
+    probe_runners = subnet_runners(space, probes, meta["backend"], meta["batch"], meta["threads"], table.dtype)
     stats = time_models({**runners, **{f"<probe>{k}": v for k, v in probe_runners.items()}}, protocol)
     return [stats[k] for k in runners], [stats[f"<probe>{k}"] for k in probe_runners]
 
@@ -237,10 +254,11 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
     """Measure ``cfg.n`` random subnets per resolution and compare them with the table's predictions.
 
     Raises `OFAError` for a resolution the table does not cover, a space with too few subnets outside
-    the calibration set, or a backend this machine lacks.
+    the calibration set, a backend this machine lacks, or a ``cfg.dtype`` that is not the table's.
     """
     meta = table.meta
     check_backend(meta["backend"])
+    judged_dtype(table, cfg.dtype)
     protocol = check_protocol(table, cfg)
     resolutions = list(cfg.resolutions or table.space.resolutions)
     archs = sample_check_archs(table, resolutions, cfg.n, cfg.seed)
@@ -278,6 +296,7 @@ def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:
     }
     summary["too_noisy"] = [r for r in resolutions if per_res[r]["noise_pct"] > cfg.max_noise_pct]
     summary["max_noise_pct"] = cfg.max_noise_pct
+    summary["dtype"] = table.dtype
     summary["protocol"] = protocol.to_dict()
     summary["clock"] = protocol.clock_name(backend_device(meta["backend"]), int(meta["threads"]))
     return CheckResult(rows, summary)

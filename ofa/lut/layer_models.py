@@ -2,7 +2,9 @@
 
 The layer configs are those of the family's cost terms (``ofa.families.genes.CostTerm``); each is timed
 as the module the family's ``layer_module`` gives for it, which for mbv3 is cut out of a real timm
-subnet, exported with the same ONNX exporter settings as whole subnets.
+subnet, exported with the same ONNX exporter settings as whole subnets. In an INT8 table each layer model
+and whole subnet is quantized on its own (`ofa.runtime.quantize`), so a layer's input and output pass
+the Q/DQ pair that sits at its boundaries inside a quantized subnet; the empty model stays float.
 """
 
 from __future__ import annotations
@@ -70,12 +72,15 @@ def empty_runner(backend: str, batch: int, threads: int) -> Runner:
     return make_runner(backend, EmptyModel(), (batch, 1), threads, onnx_model=empty_onnx(batch))
 
 
-def subnet_runners(space: Space, archs: Iterable[Arch], backend: str, batch: int, threads: int) -> dict[str, Runner]:
-    """Whole timm subnets (random weights) loaded on ``backend``, keyed by ``Arch.short()`` plus index."""
+def subnet_runners(
+    space: Space, archs: Iterable[Arch], backend: str, batch: int, threads: int, dtype: str = "float32"
+) -> dict[str, Runner]:
+    """Whole timm subnets (random weights) loaded on ``backend`` in ``dtype`` (INT8: each quantized whole, as it
+    ships), keyed by ``Arch.short()`` plus index."""
     runners = {}
     build = family_of(space).build_subnet
     for i, arch in enumerate(archs):
         model = build(space, arch).eval()
         shape = (batch, space.in_channels, arch.resolution, arch.resolution)
-        runners[f"{i}:{arch.short()}"] = make_runner(backend, model, shape, threads)
+        runners[f"{i}:{arch.short()}"] = make_runner(backend, model, shape, threads, dtype=dtype)
     return runners

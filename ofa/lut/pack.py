@@ -6,7 +6,8 @@ and the empty model (per-call overhead) into one format, as files in a folder wi
 (key → file, input shape, format) and a README on timing them with the runtime's own benchmark tool.
 ``ofa lut import`` reads the timings (CSV: ``key,median_ms``, optional ``samples``, ``std_ms``) and builds
 the table exactly as a build here would: entries net of the empty model, the affine correction per
-resolution fitted on the calibration subnets.
+resolution fitted on the calibration subnets. ``dtype="int8"`` (ONNX) packs every model but the empty one
+quantized as ``ofa lut build --dtype int8`` quantizes it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tqdm import tqdm
 
@@ -31,6 +32,8 @@ from ofa.lut.pack_readme import render_pack_readme
 from ofa.lut.stats import Stats
 from ofa.lut.timing import Standalone
 from ofa.runtime import formats
+from ofa.runtime.quantize import SYNTHETIC_RECORD
+from ofa.runtime.runtimes import check_dtype
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import read_text, read_yaml, write_text, write_yaml
@@ -58,6 +61,10 @@ class PackConfig:
     )
     resolutions: tuple[int, ...] | None = field(default=None, metadata={"help": "resolutions (default: the space's)"})
     batch: int = field(default=1, metadata={"help": "batch size of the packed models"})
+    dtype: Literal["float32", "int8"] = field(
+        default="float32",
+        metadata={"help": "int8 (onnx): every model but the empty one quantized as `ofa lut build --dtype int8` does"},
+    )
     calibrate: int = field(default=10, metadata={"help": "calibration subnets per resolution"})
     seed: int = field(default=0, metadata={"help": "seed of the calibration subnets and drift probes"})
     progress: bool = field(default=True, metadata={"flag": "--quiet", "invert": True, "help": "no progress bars"})
@@ -68,6 +75,7 @@ class PackConfig:
         except OFAError as exc:
             raise OFAError(f"{field_label(PackConfig, 'format')}: {exc}") from None
         formats.require(fmt)
+        check_dtype(formats.FORMAT_BACKEND[fmt], self.dtype, field_label(PackConfig, "dtype"))
         if self.batch < 1:
             raise OFAError(f"{field_label(PackConfig, 'batch')} must be positive, got {self.batch}")
         if self.calibrate == 1 or self.calibrate < 0:
@@ -122,12 +130,15 @@ def pack_models(space: Space, cfg: PackConfig) -> Path:
         (tmp / "models").mkdir()
         entries = {}
         for i, m in enumerate(tqdm(models, desc=f"pack {cfg.format}", disable=not cfg.progress)):
-            entries[m.key] = _write_model(space, m, tmp / "models" / f"{i:05d}{formats.SUFFIX[cfg.format]}", cfg.format)
+            path = tmp / "models" / f"{i:05d}{formats.SUFFIX[cfg.format]}"
+            entries[m.key] = _write_model(space, m, path, cfg.format, cfg.dtype)
         manifest = {
             "format": PACK_FORMAT,
             "model_format": cfg.format,
             "backend": formats.FORMAT_BACKEND[cfg.format],
             "batch": cfg.batch,
+            "dtype": cfg.dtype,
+            **({"int8": dict(SYNTHETIC_RECORD)} if cfg.dtype == "int8" else {}),
             "seed": cfg.seed,
             "calibration_subnets": cfg.calibrate,
             "space_fingerprint": space.fingerprint(),
@@ -146,11 +157,12 @@ def pack_models(space: Space, cfg: PackConfig) -> Path:
     return cfg.out / MANIFEST
 
 
-def _write_model(space: Space, m: _Model, path: Path, fmt: str) -> dict[str, Any]:
-    """Convert one model into ``path``; its manifest entry."""
+def _write_model(space: Space, m: _Model, path: Path, fmt: str, dtype: str) -> dict[str, Any]:
+    """Convert one model into ``path`` (in ``dtype``, the empty model in float32); its manifest entry."""
     module = m.module if m.arch is None else family_of(space).build_subnet(space, m.arch).eval()
     onnx_model = empty_onnx(m.shape[0]) if m.kind == "empty" and fmt != "executorch" else None
-    formats.write(fmt, formats.convert(fmt, module, m.shape, onnx_model), path)
+    dtype = "float32" if m.kind == "empty" else dtype
+    formats.write(fmt, formats.convert(fmt, module, m.shape, onnx_model, dtype=dtype), path)
     entry: dict[str, Any] = {"file": f"models/{path.name}", "input_shape": list(m.shape), "format": fmt, "kind": m.kind}
     if m.resolution is not None:
         entry["resolution"] = m.resolution
@@ -261,6 +273,13 @@ def import_timings_file(folder: str | Path, timings_csv: str | Path, cfg: Import
     return import_timings(folder, timings, replace(cfg, timer=f"imported from {Path(timings_csv).name}"))
 
 
+def _imported_int8(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``meta.int8`` of an imported INT8 table: the pack's quantization, and no float ops, which the device's own
+    runtime decided out of sight."""
+    note = "not observed: the device's own runtime ran the models"
+    return {**record, "empty_model": "float32", "float_ops": None, "float_ops_note": note}
+
+
 def _imported_meta(manifest: Mapping[str, Any], space: Space, cfg: ImportConfig, overhead: float) -> dict[str, Any]:
     protocol = {**Standalone(blocks=cfg.blocks, estimator="median").to_dict(), "timer": cfg.timer}
     return {
@@ -269,7 +288,8 @@ def _imported_meta(manifest: Mapping[str, Any], space: Space, cfg: ImportConfig,
         "runtime": manifest["model_format"],
         "threads": cfg.threads,
         "batch": int(manifest["batch"]),
-        "dtype": "float32",
+        "dtype": manifest.get("dtype", "float32"),
+        **({"int8": _imported_int8(manifest["int8"])} if "int8" in manifest else {}),
         "protocol": protocol,
         "clock": "wall",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from ofa.families.family import Space
 from ofa.families.registry import family_of
-from ofa.lut.check import CheckResult, sample_check_archs, summarize_errors
+from ofa.lut.check import CheckResult, judged_dtype, sample_check_archs, summarize_errors
 from ofa.lut.external_runner import CommandRunner, time_with_command
 from ofa.lut.pack import (
     MANIFEST,
@@ -65,11 +65,11 @@ def build_with_runner(space: Space, cfg: RunnerBuildConfig) -> LatencyTable:
         pack_models(space, cfg.pack)
     space = packed_space(space, cfg.pack)
     manifest = read_manifest(folder)
-    if manifest["space_fingerprint"] != space.fingerprint() or manifest["model_format"] != cfg.pack.format:
+    held = (manifest["space_fingerprint"], manifest["model_format"], manifest.get("dtype", "float32"))
+    if held != (space.fingerprint(), cfg.pack.format, cfg.pack.dtype):
         raise OFAError(
-            f"{folder}: holds a pack of space {manifest['space_fingerprint']} in "
-            f"{manifest['model_format']}, not of {space.fingerprint()} in {cfg.pack.format}; "
-            "choose another --pack"
+            f"{folder}: holds a pack of space {held[0]} in {held[1]} {held[2]}, not of {space.fingerprint()} "
+            f"in {cfg.pack.format} {cfg.pack.dtype}; choose another --pack"
         )
     models = {
         key: (folder / m["file"], str(m["file"]), tuple(m["input_shape"])) for key, m in manifest["models"].items()
@@ -109,11 +109,13 @@ class RunnerCheckConfig:
     blocks: int = 3
     seed: int = 0
     progress: bool = True
+    dtype: str | None = None  # given, it must be the table's
 
 
 def check_with_runner(table: LatencyTable, cfg: RunnerCheckConfig) -> CheckResult:
     """``cfg.n`` random subnets per resolution in the table's format, timed by the command, against predictions."""
     fmt = formats.check_format(str(table.meta["backend"]))
+    dtype = judged_dtype(table, cfg.dtype)
     space, batch = table.space, int(table.meta["batch"])
     resolutions = list(cfg.resolutions or space.resolutions)
     archs = sample_check_archs(table, resolutions, cfg.n, cfg.seed)
@@ -122,7 +124,8 @@ def check_with_runner(table: LatencyTable, cfg: RunnerCheckConfig) -> CheckResul
     for i, arch in enumerate(tqdm(archs, desc=f"convert to {fmt}", disable=not cfg.progress)):
         shape = (batch, space.in_channels, arch.resolution, arch.resolution)
         path = cfg.folder / f"{i:04d}{formats.SUFFIX[fmt]}"
-        formats.write(fmt, formats.convert(fmt, family_of(space).build_subnet(space, arch).eval(), shape), path)
+        module = family_of(space).build_subnet(space, arch).eval()
+        formats.write(fmt, formats.convert(fmt, module, shape, dtype=dtype), path)
         models[str(i)] = (path, path.name, shape)
     with tqdm(total=cfg.blocks * len(models), desc="time with the runner", disable=not cfg.progress) as bar:
         stats = time_with_command(cfg.runner, models, cfg.blocks, cfg.seed, bar.update)

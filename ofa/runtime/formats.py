@@ -17,6 +17,7 @@ from torch import nn
 
 from ofa.runtime import executorch_backend, openvino_backend
 from ofa.runtime.convert import export_onnx
+from ofa.runtime.quantize import DTYPES, quantize_synthetic
 from ofa.utils.errors import OFAError
 
 FORMAT_BACKEND = {"onnx": "ort-cpu", "openvino": "openvino-cpu", "executorch": "executorch-xnnpack"}
@@ -54,9 +55,12 @@ def convert(
     shape: Sequence[int],
     onnx_model: bytes | Path | None = None,
     metadata: Mapping[str, str] | None = None,
+    dtype: str = "float32",
 ) -> Any:
     """``module`` (or, for ONNX and OpenVINO, ``onnx_model``) in format ``fmt``: ONNX or .pte bytes, an
-    ``openvino.Model``."""
+    ``openvino.Model``. ``dtype="int8"`` (ONNX only): quantized on synthetic data (`quantize_synthetic`)."""
+    if dtype not in DTYPES or (dtype == "int8" and fmt != "onnx"):
+        raise OFAError(f"format {fmt!r} has no {dtype} path here (float32, or int8 for onnx)")
     if fmt == "executorch":
         if module is None:
             raise OFAError("an ExecuTorch program is made from a torch module, and none was given")
@@ -67,6 +71,8 @@ def convert(
         onnx_model = export_onnx(module, shape)
     if fmt == "openvino":
         return openvino_backend.from_onnx(onnx_model, metadata)
+    if dtype == "int8":
+        return quantize_synthetic(onnx_model, shape).SerializeToString()
     return onnx_model if isinstance(onnx_model, bytes) else Path(onnx_model).read_bytes()
 
 

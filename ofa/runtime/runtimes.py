@@ -7,7 +7,9 @@ their onnxruntime session through `open_session`, so an unreadable model is one 
 
 from __future__ import annotations
 
+import json
 import platform
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -20,10 +22,11 @@ import torch
 from torch import nn
 
 from ofa.runtime import formats
-from ofa.runtime.convert import export_onnx
+from ofa.runtime.quantize import DTYPES
 from ofa.utils.errors import OFAError
 
 BACKENDS = ("ort-cpu", "torch-cpu", "ort-cuda", "torch-cuda", "openvino-cpu", "executorch-xnnpack")
+INT8_BACKENDS = ("ort-cpu",)  # backends with an INT8 path here (QDQ on onnxruntime's CPU kernels)
 
 
 def check_backend(backend: str) -> None:
@@ -37,6 +40,17 @@ def check_backend(backend: str) -> None:
             raise OFAError(f"backend {backend!r} needs a CUDA GPU, and none is visible here")
         if backend == "ort-cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
             raise OFAError("backend 'ort-cuda' needs onnxruntime-gpu (CUDAExecutionProvider is not available)")
+
+
+def check_dtype(backend: str, dtype: str, what: str = "dtype") -> None:
+    """Refuse an unknown dtype, or INT8 on a backend without an INT8 path, with one line naming ``what``."""
+    if dtype not in DTYPES:
+        raise OFAError(f"{what}: unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
+    if dtype == "int8" and backend not in INT8_BACKENDS:
+        raise OFAError(
+            f"{what}: backend {backend!r} has no INT8 path here (INT8 runs on {', '.join(INT8_BACKENDS)}; "
+            "OpenVINO through NNCF is not built yet)"
+        )
 
 
 def backend_device(backend: str) -> str:
@@ -82,6 +96,7 @@ class Runner(ABC):
 
     device: str = "cpu"
     threads: int = 1
+    float_ops: tuple[str, ...] = ()  # INT8 models: the op types the runtime computes in float (`float_ops`)
 
     @abstractmethod
     def times(self, calls: int) -> tuple[np.ndarray, np.ndarray]:
@@ -201,21 +216,52 @@ def session_options(threads: int) -> ort.SessionOptions:
     return opts
 
 
+def float_ops(model: bytes, shape: Sequence[int], threads: int) -> tuple[str, ...]:
+    """The op types onnxruntime computes in float in ``model``, as a timing session optimizes it: an INT8 model's
+    float fallbacks (what the quantizer left out and what has no integer kernel), read from a profiled call.
+
+    A kernel with a float output of rank >= 1 counts; the Q/DQ conversions between the two do not.
+    """
+    opts = session_options(threads)
+    opts.enable_profiling = True
+    with tempfile.TemporaryDirectory(prefix="ofa-profile-") as tmp:
+        opts.profile_file_prefix = str(Path(tmp) / "profile")
+        session = open_session(model, opts)
+        session.run(None, {session.get_inputs()[0].name: np.zeros(tuple(shape), np.float32)})
+        events = json.loads(Path(session.end_profiling()).read_text())
+    ops = set()
+    for event in events:
+        args = event.get("args") or {}
+        op = args.get("op_name")
+        outputs = args.get("output_type_shape") or []
+        if op and op not in ("QuantizeLinear", "DequantizeLinear") and any(len(o.get("float", [])) for o in outputs):
+            ops.add(op)
+    return tuple(sorted(ops))
+
+
 def make_runner(
-    backend: str, module: nn.Module | None, shape: Sequence[int], threads: int, onnx_model: bytes | Path | None = None
+    backend: str,
+    module: nn.Module | None,
+    shape: Sequence[int],
+    threads: int,
+    onnx_model: bytes | Path | None = None,
+    dtype: str = "float32",
 ) -> Runner:
     """A runner for ``module`` on ``backend``; ONNX backends (and OpenVINO, which reads ONNX) export it unless
-    ``onnx_model`` is given; ExecuTorch converts the module."""
+    ``onnx_model`` is given; ExecuTorch converts the module. ``dtype="int8"`` (`INT8_BACKENDS`): the ONNX model
+    quantized on synthetic data, its float fallbacks in the runner's ``float_ops``."""
+    check_dtype(backend, dtype)
     device = backend_device(backend)
     if backend in formats.EDGE_FORMAT:
         fmt = formats.EDGE_FORMAT[backend]
         model = formats.convert(fmt, module, shape, onnx_model)
         return CallRunner(formats.load_infer(fmt, model, threads), shape, threads, fmt in formats.WORKER_THREADS)
     if backend.startswith("ort"):
-        if onnx_model is None and module is None:
-            raise OFAError("an onnxruntime runner needs a module to export or an ONNX model")
-        model = onnx_model if onnx_model is not None else export_onnx(module, shape)
-        return OrtRunner(model, shape, threads, device)
+        model = formats.convert("onnx", module, shape, onnx_model, dtype=dtype)
+        runner = OrtRunner(model, shape, threads, device)
+        if dtype == "int8":
+            runner.float_ops = float_ops(model, shape, threads)
+        return runner
     if module is None:
         raise OFAError(f"backend {backend!r} times a torch module, and none was given")
     return TorchRunner(module, shape, threads, device)

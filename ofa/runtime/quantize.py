@@ -1,9 +1,11 @@
-"""INT8 static post-training quantization of an exported ONNX model with onnxruntime's tools.
+"""INT8 static post-training quantization of an ONNX model with onnxruntime's tools.
 
-Activation ranges are calibrated on training images (never the test split, which stays the
-held-out measure of what quantization costs). The format is QDQ with unsigned 8-bit activations
-and per-channel signed 8-bit weights (U8S8): onnxruntime's x86 integer kernels take that pair on
-their fast path, where S8S8 ran a digits subnet several times slower on this project's AVX-512/VNNI CPU.
+One scheme for every INT8 model the project makes: QDQ with unsigned 8-bit activations and per-channel
+signed 8-bit weights (U8S8): onnxruntime's x86 integer kernels take that pair on their fast path, where
+S8S8 ran a digits subnet several times slower on this project's AVX-512/VNNI CPU. Export calibrates the
+activation ranges on training images (never the test split, which stays the held-out measure of what
+quantization costs); a latency table's models calibrate on seeded random batches (`quantize_synthetic`),
+since a range sets a model's scales, not its speed, and a table's space has no data.
 """
 
 from __future__ import annotations
@@ -26,6 +28,14 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from tqdm import tqdm
 
 from ofa.utils.errors import OFAError
+
+DTYPES = ("float32", "int8")  # what a timed or packed model computes in
+SYNTHETIC_BATCHES = 4  # seeded random batches a latency table's model is calibrated on
+SYNTHETIC_RECORD = {  # how `quantize_synthetic` quantizes, as a table's meta records it
+    "scheme": "QDQ: uint8 activations, per-channel int8 weights (U8S8), MinMax ranges, reduce_range",
+    "calibration": f"synthetic: {SYNTHETIC_BATCHES} seeded standard-normal batches of each model's input shape "
+    "(ranges set the scales, not the speed)",
+}
 
 
 class _BatchReader(CalibrationDataReader):
@@ -93,3 +103,18 @@ def quantize_int8(
     del quantized.metadata_props[:]
     quantized.metadata_props.extend(model.metadata_props)
     return quantized
+
+
+def synthetic_batches(shape: Sequence[int], n: int = SYNTHETIC_BATCHES, seed: int = 0) -> list[np.ndarray]:
+    """``n`` seeded standard-normal batches of ``shape``: calibration data for a model timed without any data."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(tuple(shape)).astype(np.float32) for _ in range(n)]
+
+
+def quantize_synthetic(model: bytes | Path | onnx.ModelProto, shape: Sequence[int]) -> onnx.ModelProto:
+    """``model`` in INT8 with `quantize_int8`'s scheme, calibrated on `synthetic_batches` of its input shape."""
+    if isinstance(model, bytes):
+        model = onnx.load_from_string(model)
+    elif not isinstance(model, onnx.ModelProto):
+        model = onnx.load(model)
+    return quantize_int8(model, synthetic_batches(shape))
