@@ -31,8 +31,8 @@ from search.result import Evolution, SearchResult, TargetResult
 from search.search_config import EvolutionConfig, SearchConfig
 
 INIT_BATCH = 1024
-FIRST_DRAWS = 2  # candidates per child in the first round of drawing (most children are feasible)
-REDRAW_BATCH = 4  # candidates per child in each further round
+FIRST_DRAWS = 4  # candidates per child in the first round of drawing (most children are feasible)
+REDRAW_BATCH = 16  # candidates per child in each further round (the few children left are hard to place)
 INIT_BATCHES = 1000  # random draws for the first population before seeding it with the cheapest subnets
 CLOUD_POINTS = 4000  # evaluated subnets drawn (grey) behind the front in the plot
 
@@ -157,37 +157,27 @@ class _Scores:
 
 
 def _redraw(
-    makers: Sequence[Callable[[np.ndarray], np.ndarray]],
-    fallbacks: Sequence[np.ndarray],
-    ok: _Feasible,
-    max_redraws: int,
+    make: Callable[[np.ndarray, int], np.ndarray], n: int, ok: _Feasible, fallback: np.ndarray, max_redraws: int
 ) -> np.ndarray:
-    """One feasible child per slot of each kind (``makers[k](slots)`` draws kind k's children, e.g. mutants
-    and crossovers), drawn again until it meets the constraints; all kinds share one constraint check.
+    """One feasible child per slot: ``make(slots, draws)`` gives (draws, len(slots), genes) candidates,
+    drawn again for the slots none of whose candidates meets the constraints.
 
     Each round draws a few candidates per unfinished child at once (FIRST_DRAWS, then REDRAW_BATCH)
     and keeps the first feasible one in draw order: the same distribution as redrawing one at a time
-    (OFA), with a few vectorized rounds instead of many. After ``max_redraws`` draws a child is its
-    kind's ``fallback`` row. Returns the children of every kind, concatenated in the order given.
+    (OFA), with a few vectorized rounds instead of many. After ``max_redraws`` draws a child is ``fallback``.
     """
-    out = [f.copy() for f in fallbacks]
-    todo = [np.arange(len(f)) for f in fallbacks]
+    out = fallback.copy()
+    todo = np.arange(n)
     drawn, budget = 0, max(max_redraws, 1)
-    while drawn < budget and any(len(t) for t in todo):
-        draws = min(FIRST_DRAWS if drawn == 0 else REDRAW_BATCH, budget - drawn)
+    while len(todo) and drawn < budget:
+        draws = min(REDRAW_BATCH if drawn else FIRST_DRAWS, budget - drawn)
         drawn += draws
-        kinds = [k for k, t in enumerate(todo) if len(t)]
-        cands = {k: makers[k](np.tile(todo[k], draws)) for k in kinds}
-        good = ok(np.concatenate(list(cands.values())))
-        start = 0
-        for k in kinds:
-            t, cand = todo[k], cands[k]
-            g = good[start : start + len(cand)].reshape(draws, len(t))
-            start += len(cand)
-            found = g.any(0)
-            out[k][t[found]] = cand.reshape(draws, len(t), -1)[g.argmax(0)[found], np.flatnonzero(found)]
-            todo[k] = t[~found]
-    return np.concatenate(out)
+        cand = make(todo, draws)
+        good = ok(cand.reshape(-1, cand.shape[-1])).reshape(draws, len(todo))
+        found = good.any(0)
+        out[todo[found]] = cand[good.argmax(0)[found], np.flatnonzero(found)]
+        todo = todo[~found]
+    return out
 
 
 def initial_population(
@@ -219,20 +209,26 @@ def initial_population(
 def _children(
     layout: GeneLayoutBase, parents: np.ndarray, rng: np.random.Generator, config: EvolutionConfig, ok: _Feasible
 ) -> np.ndarray:
-    """A generation's feasible children: mutants of random parents, then uniform crossovers of random pairs."""
+    """A generation's feasible children: mutants of random parents, then uniform crossovers of random pairs.
+
+    Both kinds are drawn together, so one constraint check per round covers them; the operators act on
+    broadcast views of the parents (every draw of a child from the same parents, without copies).
+    """
     n_mut = config.n_mutations
     pick = rng.integers(len(parents), size=n_mut)
     pa, pb = rng.integers(len(parents), size=(2, config.population - n_mut))
     base, a, b = parents[pick], parents[pa], parents[pb]
-    return _redraw(
-        [
-            lambda i: layout.mutate(base[i], rng, config.mutate_prob, config.resolution_prob),
-            lambda i: layout.crossover(a[i], b[i], rng),
-        ],
-        [base, a],
-        ok,
-        config.max_redraws,
-    )
+
+    def make(slots: np.ndarray, draws: int) -> np.ndarray:
+        m, c = slots[slots < n_mut], slots[slots >= n_mut] - n_mut  # slots are sorted: mutants first
+        mutants = layout.mutate(
+            np.broadcast_to(base[m], (draws, *base[m].shape)), rng, config.mutate_prob, config.resolution_prob
+        )
+        shape = (draws, len(c), a.shape[1])
+        crossed = layout.crossover(np.broadcast_to(a[c], shape), np.broadcast_to(b[c], shape), rng)
+        return np.concatenate([mutants, crossed], axis=1)
+
+    return _redraw(make, config.population, ok, np.concatenate([base, a]), config.max_redraws)
 
 
 def evolve(

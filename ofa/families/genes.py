@@ -98,12 +98,13 @@ class GeneLayoutBase(ABC):
     def mutate(
         self, rows: np.ndarray, rng: np.random.Generator, prob: float = 0.1, resolution_prob: float = 0.5
     ) -> np.ndarray:
-        """Redraw each gene with probability ``prob`` (the resolution with ``resolution_prob``), as OFA.
+        """Redraw each gene of rows (..., genes) with probability ``prob`` (the resolution with
+        ``resolution_prob``), as OFA.
 
         One uniform ``u`` per gene decides both: the gene is redrawn when ``u < p``, and then ``u / p``
         is uniform on [0, 1), so it picks the new choice (half the random numbers of two draws).
         """
-        p = np.full(rows.shape[1], prob)
+        p = np.full(rows.shape[-1], prob)
         p[self.resolution] = resolution_prob
         scale = np.divide(self.sizes, p, out=np.zeros(len(p)), where=p > 0)
         u = rng.random(rows.shape)
