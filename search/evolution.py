@@ -31,7 +31,8 @@ from search.result import Evolution, SearchResult, TargetResult
 from search.search_config import EvolutionConfig, SearchConfig
 
 INIT_BATCH = 1024
-REDRAW_BATCH = 4  # candidates per child and round of redrawing
+FIRST_DRAWS = 4  # candidates per child in the first round of drawing (most children are feasible)
+REDRAW_BATCH = 16  # candidates per child in each further round (the few children left are hard to place)
 INIT_BATCHES = 1000  # random draws for the first population before seeding it with the cheapest subnets
 CLOUD_POINTS = 4000  # evaluated subnets drawn (grey) behind the front in the plot
 
@@ -124,44 +125,58 @@ class _Feasible:
 class _Scores:
     """Predicted top-1 per distinct subnet: each is sent to the predictor once (one batch per generation).
 
-    Late generations are mostly re-discovered subnets, so this skips most predictor work.
+    Late generations are mostly re-discovered subnets, so this skips most predictor work. A subnet is
+    known by the bytes of its canonical row (packed to uint8 when the choices allow); ``seen`` gives
+    the distinct subnets in the order they were first scored.
     """
 
     def __init__(self, space: Space, predictor: RowModel) -> None:
         self.layout, self.predictor = layout_of(space), predictor
+        self.dtype = np.uint8 if self.layout.sizes.max() <= 256 else np.int64
+        self.key = np.dtype((np.void, np.dtype(self.dtype).itemsize * self.layout.genes))
         self.known: dict[bytes, float] = {}
-        self.calls = 0
+        self._rows: list[np.ndarray] = []
+        self._top1: list[np.ndarray] = []
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        keys = [r.tobytes() for r in self.layout.canonical(rows).astype(np.uint16)]
-        new = list(dict.fromkeys(k for k in keys if k not in self.known))
+        canon = self.layout.canonical(rows)
+        keys = np.ascontiguousarray(canon, dtype=self.dtype).view(self.key).ravel().tolist()
+        known = self.known
+        new = {k: i for i, k in enumerate(keys) if k not in known}  # distinct, in first-seen order
         if new:
-            fresh = np.frombuffer(b"".join(new), dtype=np.uint16).reshape(len(new), -1).astype(np.int64)
-            self.known.update(zip(new, np.asarray(self.predictor.predict_batch(fresh), dtype=np.float64).tolist()))
-            self.calls += 1
-        return np.array([self.known[k] for k in keys])
+            fresh = canon[list(new.values())]
+            top1 = np.asarray(self.predictor.predict_batch(fresh), dtype=np.float64)
+            known.update(zip(new, top1.tolist()))
+            self._rows.append(fresh)
+            self._top1.append(top1)
+        return np.fromiter(map(known.__getitem__, keys), np.float64, len(keys))
+
+    def seen(self) -> tuple[np.ndarray, np.ndarray]:
+        """(canonical rows, predicted top-1) of every distinct subnet scored, first-scored first."""
+        return np.concatenate(self._rows), np.concatenate(self._top1)
 
 
 def _redraw(
-    make: Callable[[np.ndarray], np.ndarray], n: int, ok: _Feasible, fallback: np.ndarray, max_redraws: int
+    make: Callable[[np.ndarray, int], np.ndarray], n: int, ok: _Feasible, fallback: np.ndarray, max_redraws: int
 ) -> np.ndarray:
-    """One feasible child per slot: draw ``make(slots)`` again until it meets the constraints.
+    """One feasible child per slot: ``make(slots, draws)`` gives (draws, len(slots), genes) candidates,
+    drawn again for the slots none of whose candidates meets the constraints.
 
-    Each round draws REDRAW_BATCH candidates per unfinished child at once and keeps the first
-    feasible one in draw order: the same distribution as redrawing one at a time (OFA), with a
-    few vectorized rounds instead of many. After ``max_redraws`` draws a child is ``fallback``.
+    Each round draws a few candidates per unfinished child at once (FIRST_DRAWS, then REDRAW_BATCH)
+    and keeps the first feasible one in draw order: the same distribution as redrawing one at a time
+    (OFA), with a few vectorized rounds instead of many. After ``max_redraws`` draws a child is ``fallback``.
     """
     out = fallback.copy()
     todo = np.arange(n)
-    for _ in range(0, max(max_redraws, 1), REDRAW_BATCH):
-        cand = make(np.tile(todo, REDRAW_BATCH)).reshape(REDRAW_BATCH, len(todo), -1)
-        good = ok(cand.reshape(REDRAW_BATCH * len(todo), -1)).reshape(REDRAW_BATCH, len(todo))
+    drawn, budget = 0, max(max_redraws, 1)
+    while len(todo) and drawn < budget:
+        draws = min(REDRAW_BATCH if drawn else FIRST_DRAWS, budget - drawn)
+        drawn += draws
+        cand = make(todo, draws)
+        good = ok(cand.reshape(-1, cand.shape[-1])).reshape(draws, len(todo))
         found = good.any(0)
-        first = good.argmax(0)
-        out[todo[found]] = cand[first[found], np.flatnonzero(found)]
+        out[todo[found]] = cand[good.argmax(0)[found], np.flatnonzero(found)]
         todo = todo[~found]
-        if not len(todo):
-            break
     return out
 
 
@@ -191,6 +206,31 @@ def initial_population(
     return pool[np.arange(n) % len(pool)]
 
 
+def _children(
+    layout: GeneLayoutBase, parents: np.ndarray, rng: np.random.Generator, config: EvolutionConfig, ok: _Feasible
+) -> np.ndarray:
+    """A generation's feasible children: mutants of random parents, then uniform crossovers of random pairs.
+
+    Both kinds are drawn together, so one constraint check per round covers them; the operators act on
+    broadcast views of the parents (every draw of a child from the same parents, without copies).
+    """
+    n_mut = config.n_mutations
+    pick = rng.integers(len(parents), size=n_mut)
+    pa, pb = rng.integers(len(parents), size=(2, config.population - n_mut))
+    base, a, b = parents[pick], parents[pa], parents[pb]
+
+    def make(slots: np.ndarray, draws: int) -> np.ndarray:
+        m, c = slots[slots < n_mut], slots[slots >= n_mut] - n_mut  # slots are sorted: mutants first
+        mutants = layout.mutate(
+            np.broadcast_to(base[m], (draws, *base[m].shape)), rng, config.mutate_prob, config.resolution_prob
+        )
+        shape = (draws, len(c), a.shape[1])
+        crossed = layout.crossover(np.broadcast_to(a[c], shape), np.broadcast_to(b[c], shape), rng)
+        return np.concatenate([mutants, crossed], axis=1)
+
+    return _redraw(make, config.population, ok, np.concatenate([base, a]), config.max_redraws)
+
+
 def evolve(
     space: Space,
     predictor: RowModel,
@@ -204,12 +244,10 @@ def evolve(
     check_reachable(space, limits)
     layout = layout_of(space)
     ok = _Feasible(limits)
-    n_par, n_mut = config.n_parents, config.n_mutations
-    n_cross = config.population - n_mut
+    n_par = config.n_parents
     score = _Scores(space, predictor)
     pop = initial_population(space, config.population, ok, rng, limits)
     acc = score(pop)
-    seen_rows, seen_top1 = [pop], [acc]
     history = np.empty(config.generations + 1)
     for g in range(config.generations):
         order = np.argsort(-acc, kind="stable")[:n_par]
@@ -217,39 +255,12 @@ def evolve(
         history[g] = parent_acc[0]
         if on_generation is not None:
             on_generation(g, float(parent_acc[0]))
-        pick = rng.integers(len(parents), size=n_mut)
-        mutants = _redraw(
-            lambda i, pick=pick, parents=parents: layout.mutate(
-                parents[pick[i]], rng, config.mutate_prob, config.resolution_prob
-            ),
-            n_mut,
-            ok,
-            parents[pick],
-            config.max_redraws,
-        )
-        pa, pb = rng.integers(len(parents), size=(2, n_cross))
-        crossed = _redraw(
-            lambda i, pa=pa, pb=pb, parents=parents: layout.crossover(parents[pa[i]], parents[pb[i]], rng),
-            n_cross,
-            ok,
-            parents[pa],
-            config.max_redraws,
-        )
-        children = np.concatenate([mutants, crossed])
+        children = _children(layout, parents, rng, config, ok)
         child_acc = score(children)
-        seen_rows.append(children)
-        seen_top1.append(child_acc)
         pop, acc = np.concatenate([parents, children]), np.concatenate([parent_acc, child_acc])
     best = int(np.argmax(acc))
     history[-1] = acc[best]
-    return Evolution(
-        pop[best].copy(),
-        float(acc[best]),
-        history,
-        np.concatenate(seen_rows),
-        np.concatenate(seen_top1),
-        time.perf_counter() - start,
-    )
+    return Evolution(pop[best].copy(), float(acc[best]), history, *score.seen(), time.perf_counter() - start)
 
 
 @lru_cache(maxsize=8)
@@ -300,7 +311,7 @@ def run_search(
     bar.close()
 
     layout = layout_of(space)
-    rows = layout.canonical(np.concatenate(seen_rows))
+    rows = np.concatenate(seen_rows)  # canonical rows (Evolution.rows)
     first = unique_rows(rows)
     rows, top1 = rows[first], np.concatenate(seen_top1)[first]
     costs = {

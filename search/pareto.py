@@ -24,7 +24,9 @@ def non_dominated(costs: np.ndarray) -> np.ndarray:
     """Indices of the rows of ``costs`` (n, k; smaller is better) that no other row dominates.
 
     Rows are swept in lexicographic order, where a dominator always comes first, in blocks checked
-    against the front found so far: vectorized, and linear in n for fronts much smaller than n.
+    against the front found so far: vectorized, and linear in n for fronts much smaller than n. The
+    comparisons go one objective at a time over (block, front) matrices (a reduction over an axis of
+    k = 3 would be slower than the comparisons themselves).
     """
     costs = np.asarray(costs, dtype=np.float64)
     order = np.lexsort(costs.T[::-1])
@@ -33,16 +35,23 @@ def non_dominated(costs: np.ndarray) -> np.ndarray:
     for start in range(0, len(order), BLOCK):
         idx = order[start : start + BLOCK]
         block = costs[idx]
-        le = (front[None, :, :] <= block[:, None, :]).all(-1)
-        lt = (front[None, :, :] < block[:, None, :]).any(-1)
-        survive = ~(le & lt).any(1)
+        survive = ~_dominated(block, front).any(1)
         idx, block = idx[survive], block[survive]
-        le = (block[None, :, :] <= block[:, None, :]).all(-1)
-        lt = (block[None, :, :] < block[:, None, :]).any(-1)
-        survive = ~(le & lt).any(1)
+        survive = ~_dominated(block, block).any(1)
         kept.append(idx[survive])
         front = np.concatenate([front, block[survive]])
     return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+
+
+def _dominated(points: np.ndarray, by: np.ndarray) -> np.ndarray:
+    """(len(points), len(by)): whether ``by[j]`` dominates ``points[i]`` (no worse anywhere, better somewhere)."""
+    le = np.ones((len(points), len(by)), dtype=bool)
+    lt = np.zeros_like(le)
+    for j in range(points.shape[1]):
+        p, b = points[:, j, None], by[None, :, j]
+        le &= b <= p
+        lt |= b < p
+    return le & lt
 
 
 @dataclass

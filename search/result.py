@@ -26,7 +26,7 @@ class Evolution:
     best_row: np.ndarray
     best_top1: float
     history: np.ndarray  # best predicted top-1 among the parents of each generation (+ the final population)
-    rows: np.ndarray
+    rows: np.ndarray  # canonical rows of the distinct subnets evaluated, in the order first evaluated
     top1: np.ndarray
     seconds: float
 

@@ -127,3 +127,27 @@ def test_predictor_evolution_and_dense_costs_share_one_layout(reordered):
     assert arch.extra["latency_ms"] == pytest.approx(latency.predict(arch)) and latency.predict(arch) <= budget
     assert arch.extra["macs"] == space.macs(arch) and arch.extra["params"] == space.params(arch)
     assert arch.extra["predicted_top1"] == pytest.approx(predictor.predict(arch), abs=1e-4)
+
+
+def test_mutation_and_crossover_draw_the_official_distributions(space):
+    """One uniform per gene decides and picks a redraw: each gene is redrawn with its probability, to a
+    uniform choice (so it changes with p * (1 - 1/choices)); crossover takes either parent's gene with 1/2."""
+    layout = GeneLayout.of(space)
+    rows = np.zeros((40_000, layout.genes), dtype=np.int64)
+    mutants = layout.mutate(rows, np.random.default_rng(0), prob=0.3, resolution_prob=0.6)
+    assert (mutants >= 0).all() and (mutants < layout.sizes).all()
+    for col in range(layout.genes):
+        p = 0.6 if col == layout.resolution else 0.3
+        counts = np.bincount(mutants[:, col], minlength=layout.sizes[col]) / len(rows)
+        redrawn = p / layout.sizes[col]
+        assert counts[0] == pytest.approx(1 - p + redrawn, abs=0.01)
+        assert counts[1:] == pytest.approx(np.full(layout.sizes[col] - 1, redrawn), abs=0.01)
+    # rows of any leading shape (the search mutates broadcast views of its parents)
+    parents = np.broadcast_to(layout.sample(5, np.random.default_rng(1)), (3, 5, layout.genes))
+    assert layout.mutate(parents, np.random.default_rng(2), prob=0.0, resolution_prob=0.0).tolist() == parents.tolist()
+    everything = layout.mutate(parents, np.random.default_rng(2), prob=1.0, resolution_prob=1.0)
+    assert everything.shape == parents.shape and (everything < layout.sizes).all()
+    a, b = np.zeros((40_000, layout.genes), np.int64), np.ones((40_000, layout.genes), np.int64)
+    assert layout.crossover(a, b, np.random.default_rng(3)).mean(0) == pytest.approx(
+        np.full(layout.genes, 0.5), abs=0.01
+    )

@@ -11,9 +11,11 @@ from ofa.cli import main
 from ofa.data.datasets import data_from_meta
 from ofa.families.mbv3.encoding import GeneLayout
 from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.families.registry import layout_of
 from ofa.train.distributed import DistEnv
 from ofa.train.evaluate import evaluate_arch
 from ofa.utils.errors import OFAError
+from search.latency import space_from_arg
 from search.predictor.collect import (
     FILE_KIND,
     AccuracyData,
@@ -25,7 +27,7 @@ from search.predictor.collect import (
     subnet_arch,
 )
 from search.predictor.fit import FitConfig, fit_predictor
-from search.predictor.model import PREDICTOR_FORMAT, AccuracyPredictor, kendall_tau
+from search.predictor.model import PREDICTOR_FORMAT, SMALL_BATCH, AccuracyPredictor, kendall_tau
 
 
 def synthetic_top1(space, rows):
@@ -238,3 +240,20 @@ def test_cli_collect_and_fit(supernet, tmp_path, capsys):
     assert "subnet 99: 'top1_a' missing" in capsys.readouterr().err
     assert main(["predictor", "collect", str(supernet), "--n", "0"]) == 2
     assert "--n must be positive" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["mbv3", "proxyless", "ofa_resnet50"])
+def test_predict_batch_equals_the_module_forward(preset):
+    """predict_batch applies the layers directly (no module calls): the same numbers as forward, the
+    training path, on every family's encoding and on batches below and above the one-thread size."""
+    space = space_from_arg(preset)
+    torch.manual_seed(0)
+    model = perturb(AccuracyPredictor(space, target_mean=75.0, target_std=5.0)).eval()
+    for n in (1, 37, SMALL_BATCH + 5):
+        rows = layout_of(space).sample(n, np.random.default_rng(n))
+        with torch.no_grad():
+            x = torch.from_numpy(model.encoder.encode_rows(rows))
+            want = (model(x) * model.target_std + model.target_mean).double().numpy()
+        got = model.predict_batch(rows)
+        assert got.dtype == np.float64 and got.shape == (n,)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)

@@ -14,7 +14,7 @@ from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.utils.errors import OFAError
 from search.dense import DenseCost, macs_model
-from search.evolution import cheapest_rows, check_reachable, run_search, unique_rows
+from search.evolution import _redraw, _Scores, cheapest_rows, check_reachable, run_search, unique_rows
 from search.latency import LatencyTable, save_table
 from search.pareto import ParetoFront, non_dominated
 from search.predictor.model import AccuracyPredictor
@@ -309,3 +309,46 @@ def test_cli_search(tmp_path, capsys):
         main([*args, "--max-params", "lots"])
     assert exc.value.code == 2
     assert "is not a count" in capsys.readouterr().err
+
+
+def test_scores_predict_each_distinct_subnet_once(space):
+    """Rows that differ only in unused genes, or repeat, are one subnet: predicted once, in the order first seen."""
+    layout = GeneLayout.of(space)
+    pred = LinearAccuracy(space)
+    batched = []
+    counting = type(
+        "Counting", (), {"predict_batch": lambda self, rows: batched.append(rows) or pred.predict_batch(rows)}
+    )
+    scores = _Scores(space, counting())
+    rng = np.random.default_rng(0)
+    first = layout.sample(60, rng)
+    noisy = layout.sample(60, rng)  # the same subnets with other values in the genes they do not use
+    unused = ~layout.active(first)
+    again = np.where(unused, noisy, first)
+    batches = [first, np.concatenate([again[::-1], layout.sample(30, rng), first[:5]])]
+    canon = [layout.canonical(b) for b in batches]
+    for b, c in zip(batches, canon):
+        assert np.array_equal(scores(b), pred.predict_batch(c))
+    rows, top1 = scores.seen()
+    want = {}
+    for r in np.concatenate(batched):
+        want.setdefault(r.tobytes(), r)
+    assert len(rows) == sum(map(len, batched)) == len(want)  # nothing predicted twice
+    assert np.array_equal(rows, np.stack(list(want.values()))) and np.array_equal(rows, layout.canonical(rows))
+    assert np.array_equal(rows[: len(unique_rows(canon[0]))], canon[0][np.sort(unique_rows(canon[0]))])
+    assert np.array_equal(top1, pred.predict_batch(rows))
+
+
+def test_redraw_keeps_the_first_feasible_draw_and_falls_back():
+    """Candidates are drawn per child in order; the first feasible one wins, a child with none keeps its fallback."""
+    draws = []
+
+    def make(slots, n):
+        base = len(draws)
+        draws.append((slots.copy(), n))
+        return (base * 100 + np.arange(n)[:, None] * 10 + slots[None, :])[..., None]  # round, draw, child
+
+    ok = lambda rows: (rows[:, 0] % 10 != 3) & ((rows[:, 0] // 10) % 10 >= 2)  # child 3 never; draw 2 first  # noqa: E731
+    out = _redraw(make, 5, ok, np.full((5, 1), -1), max_redraws=30)
+    assert out[:, 0].tolist() == [20, 21, 22, -1, 24]
+    assert [n for _, n in draws] == [4, 16, 10] and all(s.tolist() == [3] for s, _ in draws[1:])

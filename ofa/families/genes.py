@@ -87,7 +87,7 @@ class GeneLayoutBase(ABC):
     def canonical(self, rows: np.ndarray) -> np.ndarray:
         """Rows with the genes they do not use set to choice 0: one row per distinct subnet."""
         rows = np.array(rows, dtype=np.int64).reshape(-1, self.genes)
-        rows[~self.active(rows)] = 0
+        rows *= self.active(rows)
         return rows
 
     # ----------------------------------------------------------------- random operators (OFA's)
@@ -98,13 +98,19 @@ class GeneLayoutBase(ABC):
     def mutate(
         self, rows: np.ndarray, rng: np.random.Generator, prob: float = 0.1, resolution_prob: float = 0.5
     ) -> np.ndarray:
-        """Redraw each gene with probability ``prob`` (the resolution with ``resolution_prob``), as OFA."""
-        p = np.full(rows.shape[1], prob)
+        """Redraw each gene of rows (..., genes) with probability ``prob`` (the resolution with
+        ``resolution_prob``), as OFA.
+
+        One uniform ``u`` per gene decides both: the gene is redrawn when ``u < p``, and then ``u / p``
+        is uniform on [0, 1), so it picks the new choice (half the random numbers of two draws).
+        """
+        p = np.full(rows.shape[-1], prob)
         p[self.resolution] = resolution_prob
-        redraw = rng.random(rows.shape) < p
-        fresh = self.sample(rows.shape[0], rng)
-        return np.where(redraw, fresh, rows)
+        scale = np.divide(self.sizes, p, out=np.zeros(len(p)), where=p > 0)
+        u = rng.random(rows.shape)
+        fresh = np.minimum(u * scale, self.sizes - 1).astype(np.int64)  # u * scale rounds up to a size at worst
+        return np.where(u < p, fresh, rows)
 
     def crossover(self, a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Uniform crossover: each gene from either parent with probability 1/2."""
-        return np.where(rng.random(a.shape) < 0.5, a, b)
+        return np.where(rng.integers(0, 2, a.shape, dtype=np.bool_), a, b)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from scipy.stats import kendalltau
 from torch import nn
+from torch.nn import functional as F
 
 from ofa.families.family import Arch, Space
 from ofa.families.registry import family_of, space_from_dict
@@ -53,16 +54,24 @@ class AccuracyPredictor(nn.Module):
     def predict_batch(self, rows: np.ndarray) -> np.ndarray:
         """Predicted top-1 (percent) of a population of gene rows: one batched call.
 
-        A search population is small: one thread is faster than waking a pool for each layer.
+        A search population is small: one thread is faster than waking a pool for each layer, and the
+        layers are applied directly (`_mlp`), without a module call per layer (a search makes 500).
         """
         x = torch.from_numpy(self.encoder.encode_rows(rows))
         threads = torch.get_num_threads()
         if len(x) <= SMALL_BATCH:
             torch.set_num_threads(1)
         try:
-            return (self(x) * self.target_std + self.target_mean).double().numpy()
+            return self._mlp(x).mul_(self.target_std).add_(self.target_mean).double().numpy()
         finally:
             torch.set_num_threads(threads)
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        """``forward`` without autograd or module hooks: linear layers with in-place ReLUs between them."""
+        *hidden, last = (m for m in self.mlp if isinstance(m, nn.Linear))
+        for layer in hidden:
+            x = F.linear(x, layer.weight, layer.bias).relu_()
+        return F.linear(x, last.weight, last.bias).squeeze(-1)
 
     def predict_archs(self, archs: Sequence[Arch]) -> np.ndarray:
         return self.predict_batch(self.encoder.layout.encode_many(list(archs)))
