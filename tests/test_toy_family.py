@@ -637,11 +637,6 @@ TOY = Family(
     timm_folder=TOY_FOLDER,
     derive_space=derive_space,
     adapt_supernet=adapt_supernet,
-    phases=(
-        ("full", ("resolutions",)),
-        ("depth", ("resolutions", "depths")),
-        ("width", tuple(ToySpace().elastic_dims())),
-    ),
 )
 
 

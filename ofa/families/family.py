@@ -7,7 +7,7 @@ makes), so adding a family is a subpackage plus one ``Family`` in the registry; 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -59,5 +59,3 @@ class Family:
     # (base space, a recipe's space: overrides, where) -> the space a run from a supernet of ``base`` trains
     derive_space: Callable[[Any, Any, str], Any]
     adapt_supernet: Callable[[Any, Any, int], Any]  # (supernet, derived space, seed) -> supernet fitted to it
-    # default progressive-shrinking phases: (name, the elastic_dims() it opens; the others at their largest)
-    phases: Sequence[tuple[str, tuple[str, ...]]] = ()

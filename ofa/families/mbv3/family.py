@@ -35,10 +35,4 @@ MBV3 = Family(
     timm_folder=MBV3_FOLDER,
     derive_space=derive_space,
     adapt_supernet=adapt_supernet,
-    phases=(  # the paper's progressive shrinking: each phase opens these dimensions, the rest at their largest
-        ("full", ("resolutions",)),
-        ("kernel", ("resolutions", "kernels")),
-        ("depth", ("resolutions", "kernels", "depths")),
-        ("expand", ("resolutions", "kernels", "depths", "expands")),
-    ),
 )

@@ -35,10 +35,4 @@ PROXYLESS = Family(
     timm_folder=PROXYLESS_FOLDER,
     derive_space=derive_space,
     adapt_supernet=adapt_supernet,
-    phases=(  # the official progressive shrinking for MBConv supernets, as OFA-MBv3's
-        ("full", ("resolutions",)),
-        ("kernel", ("resolutions", "kernels")),
-        ("depth", ("resolutions", "kernels", "depths")),
-        ("expand", ("resolutions", "kernels", "depths", "expands")),
-    ),
 )

@@ -43,10 +43,4 @@ RESNET = Family(
     timm_folder=RESNET_FOLDER,
     derive_space=derive_space,
     adapt_supernet=adapt_supernet,
-    phases=(  # progressive shrinking for ResNets (as the official ResNet50 release): depth, then expand, then width
-        ("full", ("resolutions",)),
-        ("depth", ("resolutions", "depths")),
-        ("expand", ("resolutions", "depths", "expands")),
-        ("width", ("resolutions", "depths", "expands", "widths")),
-    ),
 )
