@@ -37,6 +37,8 @@ class ProgressiveStep:
         cuda = self.device.type == "cuda"
         self.amp = recipe.amp and cuda
         self.amp_dtype = torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else torch.float16
+        # CPU stays NCHW: there oneDNN's channels-last convolution backward (torch 2.14.1, an AVX2 CPU) returned
+        # wrong gradients for some batches of the digits supernet, though NHWC trains it faster.
         self.channels_last = recipe.channels_last and cuda
         if self.channels_last:
             net.to(memory_format=torch.channels_last)
