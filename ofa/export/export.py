@@ -38,7 +38,7 @@ from ofa.export.steps import (
     TestSplit,
     Timing,
     accuracy,
-    calibration_batches,
+    int8_model,
     parity_inputs,
     prediction,
     table_protocol,
@@ -52,7 +52,6 @@ from ofa.families.subnet_file import FOLDER_WEIGHTS
 from ofa.lut.measure import measure_latencies
 from ofa.runtime.convert import DEFAULT_OPSET, check_onnx, check_opset, to_onnx
 from ofa.runtime.formats import check_format, require
-from ofa.runtime.quantize import quantize_int8
 from ofa.runtime.runtimes import OrtModel
 from ofa.train.bn import recalibrate_bn
 from ofa.utils.errors import OFAError, SpaceError
@@ -309,12 +308,8 @@ def _int8(
     resolution: int,
 ) -> Int8Model:
     """The INT8 model, calibrated on training images and checked, with its accuracy and agreement with fp32."""
-    calibration = calibration_batches(
-        data.train, runner.batch or cfg.batch_size, cfg.calib_batches * cfg.batch_size, resolution, cfg.seed
-    )
-    int8_proto = quantize_int8(proto, calibration, progress=cfg.progress)
-    check_onnx(int8_proto, "INT8 model")
-    images = sum(len(b) for b in calibration)
+    batch, wanted = runner.batch or cfg.batch_size, cfg.calib_batches * cfg.batch_size
+    int8_proto, images = int8_model(proto, data.train, batch, wanted, resolution, cfg.seed, cfg.progress)
     int8 = accuracy(OrtModel(int8_proto), split, resolution, "int8 accuracy")
     if int8 is None or fp32 is None:
         return Int8Model(int8_proto, images)

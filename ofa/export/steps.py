@@ -21,6 +21,8 @@ from ofa.export.verify import Inference, Parity, onnx_accuracy, resized_batches
 from ofa.families.family import Arch, Space
 from ofa.lut.measure import Latency
 from ofa.lut.timing import Standalone, protocol_from_dict
+from ofa.runtime.convert import check_onnx
+from ofa.runtime.quantize import quantize_int8
 from ofa.utils.errors import OFAError
 from search.latency import LatencyTable
 
@@ -138,6 +140,17 @@ def calibration_batches(train: Dataset, batch: int, images: int, resolution: int
         raise OFAError("INT8 calibration: the training split is empty")
     stacked = torch.cat(xs).numpy()
     return [stacked[i : i + batch] for i in range(0, len(stacked) - batch + 1, batch)] or [stacked]
+
+
+def int8_model(
+    proto: onnx.ModelProto, train: Dataset, batch: int, images: int, resolution: int, seed: int, progress: bool = False
+) -> tuple[onnx.ModelProto, int]:
+    """``proto`` in INT8 calibrated on ``images`` training images (`calibration_batches`), checked, and how many
+    images calibrated it: the one recipe for ``ofa export --int8`` and INT8 accuracy data alike."""
+    calibration = calibration_batches(train, batch, images, resolution, seed)
+    quantized = quantize_int8(proto, calibration, progress=progress)
+    check_onnx(quantized, "INT8 model")
+    return quantized, sum(len(b) for b in calibration)
 
 
 def prediction(arch: Arch, table: LatencyTable | None) -> Prediction:
