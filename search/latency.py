@@ -36,11 +36,11 @@ def check_known_dtype(dtype: str, what: str) -> None:
         raise OFAError(f"{what}: unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
 
 
-def require_dtype(source: str, made_in: str, dtype: str, remedy: str) -> None:
-    """One line when a table or predictor (``source``) was made in another dtype than the search's ``dtype``:
-    INT8 speeds layers unevenly and costs subnets unevenly, so a float32 figure misranks INT8 subnets."""
+def require_dtype(source: str, kind: str, made_in: str, dtype: str, remedy: str) -> None:
+    """One line when a table or predictor (``kind``, in file ``source``) is of another dtype than the search's:
+    INT8 speeds layers unevenly and costs subnets unevenly, so float32 figures misrank INT8 subnets."""
     if made_in != dtype:
-        raise OFAError(f"{source}: made in {made_in}, but the search is in {dtype} (dtype / --dtype); {remedy}")
+        raise OFAError(f"{source}: {kind} in {made_in}, but the search is in {dtype} (dtype / --dtype); {remedy}")
 
 
 class LatencyTable:

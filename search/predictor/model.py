@@ -54,6 +54,7 @@ class AccuracyPredictor(nn.Module):
         self.register_buffer("target_mean", torch.tensor(float(target_mean)))
         self.register_buffer("target_std", torch.tensor(float(target_std)))
         self.metrics: dict[str, Any] = {}
+        self.source = "the accuracy predictor"  # its file, once loaded: errors name it
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """Normalised output; ``predict_*`` map it back to percent."""
@@ -131,7 +132,7 @@ class AccuracyPredictor(nn.Module):
             raise OFAError(
                 f"{path}: weights do not fit the stored predictor shape: {str(exc).splitlines()[0]}"
             ) from None
-        net.metrics = dict(obj.get("metrics") or {})
+        net.metrics, net.source = dict(obj.get("metrics") or {}), str(path)
         return net.eval()
 
 
