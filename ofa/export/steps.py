@@ -100,6 +100,7 @@ class Prediction:
     latency_ms: float | None
     table: Any  # the table's file (as the arch's ``lut`` field or the table names it)
     table_noise_pct: float | None
+    dtype: str | None = None  # the given table's: ``latency_ms`` predicts the model of that dtype (fp32 or INT8)
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,9 @@ def prediction(arch: Arch, table: LatencyTable | None) -> Prediction:
     top1, named = _float(arch.extra.get("predicted_top1")), arch.extra.get("lut")
     if table is None:
         return Prediction(top1, _float(arch.extra.get("latency_ms")), named, None)
-    return Prediction(top1, float(table.predict(arch)), str(table.source or named or ""), table.noise_pct())
+    return Prediction(
+        top1, float(table.predict(arch)), str(table.source or named or ""), table.noise_pct(), table.dtype
+    )
 
 
 def table_protocol(table: LatencyTable | None) -> Standalone:

@@ -159,8 +159,17 @@ class PipelineSettings:
         },
     )
     int8: bool = field(default=False, metadata={"help": "also export INT8 models and report their accuracy"})
+    dtype: Literal["float32", "int8"] = field(
+        default="float32",
+        metadata={
+            "help": "int8: the whole chain in INT8 (an INT8 table, INT8 accuracy data and predictor, an INT8 "
+            "search, INT8 exports checked against the table); float32 searches in float32"
+        },
+    )
 
     def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "int8"):
+            raise ConfigError(f"{_setting('dtype')}: unknown dtype {self.dtype!r} (choose from float32, int8)")
         if self.subnets < 10:
             raise ConfigError(
                 f"{_setting('subnets')} must be at least 10 (the predictor needs three splits), got {self.subnets}"
