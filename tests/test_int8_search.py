@@ -26,7 +26,8 @@ from ofa.utils.errors import OFAError
 from ofa.utils.io import read_json, read_yaml
 from search.find import search_device
 from search.latency import LatencyTable, save_table
-from search.predictor.collect import AccuracyData, CollectConfig, collect, load_accuracy, read_accuracy
+from search.predictor.accuracy_file import AccuracyData, load_accuracy, read_accuracy
+from search.predictor.collect import CollectConfig, collect
 from search.predictor.fit import FitConfig, fit_predictor
 from search.predictor.model import AccuracyPredictor
 from search.search_config import SearchConfig
@@ -181,3 +182,38 @@ def test_pipeline_runs_in_int8_end_to_end(tmp_path, monkeypatch):
     assert row["measured_ms"] == exported["latency_int8"]["mean_ms"] == 0.25  # the INT8 model's, beside its prediction
     assert row["predicted_ms"] == exported["predicted_latency_ms"] <= 1e3
     assert "INT8 predicted by table" in Path(row["onnx"]).with_suffix(".md").read_text()
+
+
+def test_export_puts_an_int8_tables_prediction_beside_the_measured_int8_latency(
+    supernet, tmp_path, monkeypatch, capsys
+):
+    from dataclasses import replace
+
+    from ofa.export import export as export_module
+
+    real = export_module.measure_latencies
+
+    def int8_slower(models, *args):  # the two models read apart, so it shows which one the table is put beside
+        measured = real(models, *args)
+        return {**measured, "int8": replace(measured["int8"], mean_ms=2 * measured["fp32"].mean_ms)}
+
+    known_call_ms(monkeypatch, 0.25)
+    monkeypatch.setattr(export_module, "measure_latencies", int8_slower)
+    space = small_space()
+    lut = synthetic_table(space, tmp_path / "int8.yaml", "int8")
+    arch = space.min_arch(8).with_extra({"target_ms": 0.4}).save(tmp_path / "arch.json")
+    argv = ["export", "--supernet", str(supernet), "--arch", str(arch), "--lut", str(lut), "--calib-batches", "1"]
+    assert main([*argv, "--out", str(tmp_path / "fp32.onnx")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "an INT8 latency table predicts the INT8 model's latency: add --int8" in err[0]
+
+    assert main([*argv, "--int8", "--out", str(tmp_path / "m.onnx")]) == 0
+    predicted = LatencyTable.load(lut).predict(space.min_arch(8))
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  latency ("))
+    assert line.endswith(
+        f"int8 0.5 ± 0 ms; INT8 table predicts {predicted:.3g} ms ({100 * (0.5 / predicted - 1):+.1f}%)"
+    )
+    result = json.loads((tmp_path / "m.export.json").read_text())
+    assert result["table_dtype"] == "int8" and result["predicted_latency_ms"] == pytest.approx(predicted)
+    assert result["budget"]["measured_ms"] == result["latency_int8"]["mean_ms"] == 0.5  # judged on the INT8 model
+    assert "| latency, INT8 predicted by table |" in (tmp_path / "m.md").read_text()

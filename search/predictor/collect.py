@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -35,7 +34,7 @@ from tqdm import tqdm
 from ofa.data.datasets import DataBundle, data_from_meta
 from ofa.data.loaders import LoaderOptions, make_loader
 from ofa.families.family import Arch, Space, Supernet
-from ofa.families.registry import arch_from_dict, family_of, layout_of, load_supernet, space_from_dict
+from ofa.families.registry import family_of, load_supernet
 from ofa.train.bn import recalibrate_bn
 from ofa.train.distributed import DistEnv, process_group
 from ofa.train.evaluate import evaluate
@@ -43,8 +42,16 @@ from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import write_text
 from search.latency import check_known_dtype
+from search.predictor.accuracy_file import (
+    FILE_KIND,
+    append_line,
+    merge_parts,
+    part_path,
+    read_accuracy,
+    read_lines,
+    repair,
+)
 
-FILE_KIND = "ofa-accuracy"
 RESUME_KEYS = (
     "fingerprint",
     "weights",
@@ -89,123 +96,6 @@ def weights_digest(net: torch.nn.Module) -> str:
         h.update(key.encode())
         h.update(value.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-def part_path(out: Path, rank: int) -> Path:
-    return out.with_name(f"{out.name}.rank{rank}.part")
-
-
-def _parts(out: Path) -> list[Path]:
-    return sorted(out.parent.glob(f"{out.name}.rank*.part"))
-
-
-def _read_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:
-    """Parsed JSON lines, and whether the file ends in a cut-off line (a crash mid-write), which is skipped."""
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise OFAError(f"{path}: not a JSON-lines accuracy file (binary content)") from None
-    lines = text.split("\n")
-    truncated = bool(lines[-1])
-    out = []
-    for no, line in enumerate(lines[:-1], 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            raise OFAError(f"{path}:{no}: not a JSON line") from None
-        if not isinstance(obj, dict):
-            raise OFAError(f"{path}:{no}: expected a JSON object")
-        out.append(obj)
-    return out, truncated
-
-
-def read_accuracy(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(header, records by index) of a collection file plus any unmerged part files next to it."""
-    path = Path(path)
-    if not path.is_file():
-        raise OFAError(f"{path}: accuracy file not found (make one with `ofa predictor collect`)")
-    lines, _ = _read_lines(path)
-    if not lines or lines[0].get("kind") != FILE_KIND:
-        raise OFAError(f"{path}: not an accuracy file from `ofa predictor collect` (no header line)")
-    header, records = lines[0], lines[1:]
-    for part in _parts(path):
-        records += _read_lines(part)[0]
-    by_index: dict[int, dict[str, Any]] = {}
-    for rec in records:
-        if not isinstance(rec.get("index"), int) or not isinstance(rec.get("arch"), dict) or "top1" not in rec:
-            raise OFAError(f"{path}: malformed record {json.dumps(rec)[:80]} (needs index, arch, top1)")
-        by_index.setdefault(rec["index"], rec)
-    return header, [by_index[i] for i in sorted(by_index)]
-
-
-@dataclass
-class AccuracyData:
-    """A collection as arrays: what `fit_predictor` consumes."""
-
-    space: Space
-    rows: np.ndarray
-    top1: np.ndarray  # float32
-    halves: tuple[np.ndarray, np.ndarray] | None
-    header: dict[str, Any]
-    top1_int8: np.ndarray | None = None  # INT8 data only (``dtype: int8``), paired with ``top1``
-
-    @property
-    def dtype(self) -> str:
-        """What the data measured besides float32: ``int8`` or ``float32`` (files that name none)."""
-        return str(self.header.get("dtype") or "float32")
-
-
-def load_accuracy(path: str | Path) -> AccuracyData:
-    header, records = read_accuracy(path)
-    space = space_from_dict(header.get("space") or {}, f"{path}: header.space")
-    rows = layout_of(space).encode_many(
-        [
-            space.validate(
-                arch_from_dict(space, r["arch"], f"{path}: subnet {r['index']}"), f"{path}: subnet {r['index']}"
-            )
-            for r in records
-        ]
-    )
-    keys = ("top1", "top1_a", "top1_b") if header.get("repeat_split") else ("top1",)
-    keys += ("top1_int8",) if header.get("dtype") == "int8" else ()
-    values = np.zeros((len(keys), len(records)))
-    for j, rec in enumerate(records):
-        for k, key in enumerate(keys):
-            try:
-                values[k, j] = float(rec[key])
-            except (KeyError, TypeError, ValueError):
-                raise OFAError(f"{path}: subnet {rec['index']}: {key!r} missing or not a number") from None
-    halves = (values[1], values[2]) if "top1_a" in keys else None
-    int8 = values[-1] if "top1_int8" in keys else None
-    return AccuracyData(space, rows, values[0], halves, header, int8)
-
-
-def merge_parts(out: str | Path) -> int:
-    """Fold rank part files into ``out`` (sorted by index, atomically), then remove them; returns the count."""
-    out = Path(out)
-    parts = _parts(out)
-    header, records = read_accuracy(out)
-    if parts or _read_lines(out)[1]:
-        write_text(out, "".join(json.dumps(r) + "\n" for r in [header, *records]))
-        for part in parts:
-            part.unlink(missing_ok=True)
-    return len(records)
-
-
-def _repair(path: Path) -> None:
-    """Drop a cut-off last line so appends start on a fresh line (complete lines are kept)."""
-    if path.is_file() and _read_lines(path)[1]:
-        text = path.read_text()
-        write_text(path, text[: text.rfind("\n") + 1])
-
-
-def _append(path: Path, obj: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(obj) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def split_halves(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -292,7 +182,7 @@ def collect(
     calib_ids = np.random.default_rng(cfg.seed).permutation(len(data.train))[: cfg.calib_batches * cfg.batch_size]
     _open_output(out, _header(net, data, cfg, len(calib_ids)), env.rank)
     sink = out if env.world_size == 1 else part_path(out, env.rank)
-    _repair(sink)
+    repair(sink)
     done = {r["index"] for r in read_accuracy(out)[1]} if out.is_file() else set()
     todo = [i for i in range(cfg.n) if i % env.world_size == env.rank and i not in done]
 
@@ -320,7 +210,7 @@ def collect(
         if measure_int8 is not None:
             shape = (space.in_channels, arch.resolution, arch.resolution)
             rec["top1_int8"] = float(measure_int8(net.extract(arch).cpu().eval(), shape, inputs))
-        _append(sink, rec)
+        append_line(sink, rec)
     total = _finish(out, env.rank, env.world_size)
     return CollectResult(out, len(todo), total, env.rank, env.world_size)
 
@@ -352,7 +242,7 @@ def _header(net: Supernet, data: DataBundle, cfg: CollectConfig, calib_images: i
 def _open_output(out: Path, header: dict[str, Any], rank: int) -> None:
     """Start ``out`` with ``header`` (rank 0), or check that the collection there is this one."""
     if out.is_file():
-        old = _read_lines(out)[0][:1]
+        old = read_lines(out)[0][:1]
         if not old or old[0].get("kind") != FILE_KIND:
             raise OFAError(f"{out}: exists and is not an accuracy file; choose another --out")
         first = {"dtype": "float32", **old[0]}  # collections from before INT8 name no dtype

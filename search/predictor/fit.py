@@ -29,7 +29,7 @@ from tqdm import tqdm
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import atomic_write, write_text
-from search.predictor.collect import AccuracyData, load_accuracy
+from search.predictor.accuracy_file import AccuracyData, load_accuracy
 from search.predictor.model import AccuracyPredictor, kendall_tau
 
 MIN_SUBNETS = 10
