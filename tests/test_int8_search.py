@@ -219,4 +219,5 @@ def test_export_puts_an_int8_tables_prediction_beside_the_measured_int8_latency(
     result = json.loads((tmp_path / "m.export.json").read_text())
     assert result["table_dtype"] == "int8" and result["predicted_latency_ms"] == pytest.approx(predicted)
     assert result["budget"]["measured_ms"] == result["latency_int8"]["mean_ms"] == 0.5  # judged on the INT8 model
+    assert "--dtype int8" in result["budget"]["advice"]  # over budget: rebuild the INT8 table here
     assert "| latency, INT8 predicted by table |" in (tmp_path / "m.md").read_text()
