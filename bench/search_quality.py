@@ -63,7 +63,8 @@ from ofa.train.recipe import load_recipe
 from ofa.utils.config import apply_overrides
 from ofa.utils.errors import OFAError
 from ofa.utils.io import read_yaml, write_json
-from search.predictor.collect import AccuracyData, CollectConfig, collect, load_accuracy, subnet_arch, weights_digest
+from search.predictor.accuracy_file import AccuracyData, load_accuracy
+from search.predictor.collect import CollectConfig, collect, subnet_arch, weights_digest
 from search.search_config import EvolutionConfig
 
 RECIPES = {"digits": ROOT / "recipes" / "digits.yaml", "fashion": ROOT / "recipes" / "fashion_mnist.yaml"}

@@ -27,7 +27,7 @@ from ofa.families.registry import layout_of
 from search.evolution import Limit, evolve, unique_rows
 from search.find import search_device
 from search.latency import LatencyTable
-from search.predictor.collect import AccuracyData
+from search.predictor.accuracy_file import AccuracyData
 from search.predictor.fit import FitConfig, fit_predictor
 from search.predictor.model import AccuracyPredictor, kendall_tau
 from search.result import SearchResult

@@ -17,12 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch.distributed as dist
 
 from ofa.data.datasets import DataBundle, data_from_meta
 from ofa.export.export import ExportConfig, export_subnet
+from ofa.export.int8_accuracy import int8_top1
 from ofa.families.family import Space, Supernet
 from ofa.families.registry import arch_from_dict, load_arch, load_supernet
 from ofa.lut.build import TableBuildConfig, build_table
@@ -91,6 +92,7 @@ class PipelineConfig:
     max_noise_pct: float | None = field(default=None, metadata=_setting("max_noise_pct"))
     lut_budget_s: float | None = field(default=None, metadata=_setting("lut_budget_s"))
     int8: bool | None = field(default=None, metadata=_setting("int8"))
+    dtype: Literal["float32", "int8"] | None = field(default=None, metadata=_setting("dtype"))
     seed: int = field(default=0, metadata={"help": "seed of subnet sampling, search and export"})
 
     def __post_init__(self) -> None:
@@ -136,6 +138,10 @@ class Pipeline:
         self.settings = replace(PipelineSettings(), **cfg.given())  # the recipe's section joins in `run`
 
     # ----------------------------------------------------------------- bookkeeping
+    def dtype_key(self) -> list[str]:
+        """The dtype in a stage's key where it is not float32 (a float32 run's keys stay those it always had)."""
+        return [] if self.settings.dtype == "float32" else [self.settings.dtype]
+
     def stage(self, name: str, work: Callable[[], T]) -> T:
         """Run one stage; its failure is reported as that stage's own one-line error."""
         try:
@@ -198,16 +204,20 @@ class Pipeline:
 
     def collect(self, net: Supernet, data: DataBundle, supernet: Path) -> Path:
         acc = self.out / "acc.jsonl"
-        key = digest([file_sha256(supernet), self.settings.subnets, self.settings.calib_batches, self.cfg.seed])
+        settings = self.settings
+        key = digest(
+            [file_sha256(supernet), settings.subnets, settings.calib_batches, self.cfg.seed, *self.dtype_key()]
+        )
         if not self.done("collect", key, [acc]):
             cfg = CollectConfig(
-                n=self.settings.subnets,
+                n=settings.subnets,
                 seed=self.cfg.seed,
-                calib_batches=self.settings.calib_batches,
+                calib_batches=settings.calib_batches,
                 repeat_split=True,
+                dtype=settings.dtype,
                 supernet=str(supernet),
             )
-            collect(net, data, acc, cfg, self.env)
+            collect(net, data, acc, cfg, self.env, int8_top1)
             self.mark("collect", key)
         return acc
 
@@ -224,10 +234,13 @@ class Pipeline:
             return given, table
         path = self.out / "latency_table.yaml"
         protocol = Standalone(budget_s=self.settings.lut_budget_s)
-        key = digest([space.fingerprint(), "ort-cpu", 1, 1, protocol.to_dict(), self.settings.max_noise_pct])
+        key = digest(
+            [space.fingerprint(), "ort-cpu", 1, 1, protocol.to_dict(), self.settings.max_noise_pct, *self.dtype_key()]
+        )
         if not self.done("lut", key, [path]):
             cfg = TableBuildConfig(
                 out=path,
+                dtype=self.settings.dtype,
                 protocol=protocol,
                 max_noise_pct=self.settings.max_noise_pct,
                 command=f"ofa pipeline {self.cfg.recipe}",
@@ -264,12 +277,13 @@ class Pipeline:
         targets: list[float],
     ) -> Path:
         folder = self.out / "search"
-        key = digest(
+        key = digest(  # the predictor's and the table's files carry their dtypes
             [file_sha256(predictor_path), file_sha256(table_path), space.fingerprint(), targets, self.cfg.seed]
         )
         if not self.done("search", key, [folder / "search.json"]):
             table = LatencyTable.load(table_path)
-            result, note = search_device(space, predictor, table, SearchConfig(tuple(targets), seed=self.cfg.seed))
+            cfg = SearchConfig(tuple(targets), seed=self.cfg.seed, dtype=self.settings.dtype)
+            result, note = search_device(space, predictor, table, cfg)
             if note:
                 self.log(f"[search] note: {note}")
             result.meta.update(predictor=str(predictor_path))
@@ -282,7 +296,8 @@ class Pipeline:
     ) -> list[Path]:
         summary = read_json(search_dir / "search.json", "search summary")
         table_path, bound = table
-        inputs = [file_sha256(supernet), file_sha256(table_path), self.settings.int8, self.cfg.seed]
+        int8 = self.settings.int8 or self.settings.dtype == "int8"  # an INT8 chain ships (and checks) INT8 models
+        inputs = [file_sha256(supernet), file_sha256(table_path), int8, self.cfg.seed]
         results = []
         for target in summary["targets"]:
             name = f"arch_{target['target_ms']:g}ms"
@@ -292,11 +307,7 @@ class Pipeline:
             key = digest([file_sha256(arch_file), *inputs])
             if not self.done(f"export {name}", key, [onnx, result]):
                 cfg = ExportConfig(
-                    out=onnx,
-                    int8=self.settings.int8,
-                    seed=self.cfg.seed,
-                    checkpoint=supernet,
-                    arch_source=str(arch_file),
+                    out=onnx, int8=int8, seed=self.cfg.seed, checkpoint=supernet, arch_source=str(arch_file)
                 )
                 export_subnet(net, load_arch(net.space, arch_file), cfg, data=data, table=bound)
                 self.mark(f"export {name}", key)
@@ -326,7 +337,7 @@ def run_pipeline(cfg: PipelineConfig, log: Callable[[str], None] = print) -> Pip
 def summary_row(space: Space, result: dict[str, Any], source: Path) -> dict[str, Any]:
     """One line of the closing table from an ``<name>.export.json`` written by the export (of ``space``)."""
     arch = arch_from_dict(space, result["arch"], str(source))
-    latency = result.get("latency_fp32") or {}
+    latency = result.get("latency_int8" if result.get("table_dtype") == "int8" else "latency_fp32") or {}
     return {
         "target_ms": arch.extra.get("target_ms"),
         "arch": arch.short(),

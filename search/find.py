@@ -9,7 +9,7 @@ from pathlib import Path
 from ofa.families.family import Space
 from ofa.families.registry import load_supernet
 from search.evolution import RowModel, SubsetPredictor, run_search
-from search.latency import LatencyTable
+from search.latency import LatencyTable, require_dtype
 from search.predictor.model import AccuracyPredictor
 from search.result import SearchResult
 from search.search_config import SearchConfig
@@ -35,9 +35,11 @@ def search_device(
     """Search ``space`` (a supernet's) on ``table``'s device; returns the result and a note when the table
     measured only some of the supernet's resolutions (then only those are searched).
 
-    Raises ``OFAError`` when the predictor or the table belongs to another space, or a budget is unreachable.
+    Raises ``OFAError`` when the predictor or the table belongs to another space or another dtype than
+    ``cfg.dtype``, or a budget is unreachable.
     """
     predictor.check_space(space, what)
+    check_dtypes(predictor, table, cfg.dtype)
     source, table = table.source, table.for_space(space)
     scorer: RowModel = predictor
     note = None
@@ -51,7 +53,16 @@ def search_device(
     result.meta["device"] = table.describe()
     result.meta["table_noise_pct"] = table.noise_pct()  # how far the latencies searched on may be off
     result.meta["table_cpu"] = table.meta.get("cpu")
+    result.meta["dtype"] = cfg.dtype
     return result, note
+
+
+def check_dtypes(predictor: AccuracyPredictor, table: LatencyTable, dtype: str) -> None:
+    """The table timed, and the predictor predicts, models of the search's dtype (one line naming the file)."""
+    remedy = f"fit one on `ofa predictor collect --dtype {dtype}` data"
+    require_dtype(predictor.source, "accuracy predictor of top-1", predictor.dtype, dtype, remedy)
+    remedy = f"build one with `ofa lut build --dtype {dtype}`"
+    require_dtype(table.source, "latency table measured", table.dtype, dtype, remedy)
 
 
 def search_files(

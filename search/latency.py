@@ -27,6 +27,20 @@ from search.dense import DenseCost
 
 TABLE_FORMAT = "ofa-latency-table"
 REQUIRED_META = ("backend", "threads", "batch", "overhead_ms", "space", "space_fingerprint", "protocol")
+DTYPES = ("float32", "int8")  # what a timed, packed or searched model computes in (search sits left of runtime)
+
+
+def check_known_dtype(dtype: str, what: str) -> None:
+    """Refuse a dtype no table, predictor or search knows, with one line naming ``what`` (field / flag)."""
+    if dtype not in DTYPES:
+        raise OFAError(f"{what}: unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
+
+
+def require_dtype(source: str, kind: str, made_in: str, dtype: str, remedy: str) -> None:
+    """One line when a table or predictor (``kind``, in file ``source``) is of another dtype than the search's:
+    INT8 speeds layers unevenly and costs subnets unevenly, so float32 figures misrank INT8 subnets."""
+    if made_in != dtype:
+        raise OFAError(f"{source}: {kind} in {made_in}, but the search is in {dtype} (dtype / --dtype); {remedy}")
 
 
 class LatencyTable:

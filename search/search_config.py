@@ -4,9 +4,11 @@ the fields are ``ofa search``'s options."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
+from search.latency import check_known_dtype
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ class EvolutionConfig:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """What to search for: latency budgets (ms), optional MACs/params caps, the seed and the evolution."""
+    """What to search for: latency budgets (ms), optional MACs/params caps, the seed, the dtype the model ships
+    in (its table and predictor must be of it) and the evolution."""
 
     targets_ms: tuple[float, ...] = field(
         metadata={"flag": "--latency-ms", "metavar": "MS", "help": "one or more latency budgets in ms"}
@@ -58,9 +61,17 @@ class SearchConfig:
     )
     max_params: float | None = field(default=None, metadata={"metavar": "P", "help": "also cap parameters (e.g. 5M)"})
     seed: int = field(default=0, metadata={"help": "seed (same seed, same answer)"})
+    dtype: Literal["float32", "int8"] = field(
+        default="float32",
+        metadata={
+            "help": "what the shipped model computes in: int8 ranks subnets by an INT8 table's latency and an "
+            "INT8 predictor's top-1 (`ofa lut build --dtype int8`, `ofa predictor collect --dtype int8`)"
+        },
+    )
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
 
     def __post_init__(self) -> None:
+        check_known_dtype(self.dtype, field_label(SearchConfig, "dtype"))
         targets = tuple(dict.fromkeys(float(t) for t in self.targets_ms))
         label = field_label(SearchConfig, "targets_ms")
         if not targets:

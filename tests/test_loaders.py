@@ -16,7 +16,7 @@ from ofa.families.supernet_file import CHECKPOINT_FORMAT, SUPERNET_FORMAT
 from ofa.train.checkpoint import load_checkpoint
 from ofa.utils.errors import OFAError
 from search.latency import LatencyTable
-from search.predictor.collect import load_accuracy
+from search.predictor.accuracy_file import load_accuracy
 from search.predictor.model import PREDICTOR_FORMAT, AccuracyPredictor
 
 LOADERS = {

@@ -16,16 +16,8 @@ from ofa.train.distributed import DistEnv
 from ofa.train.evaluate import evaluate_arch
 from ofa.utils.errors import OFAError
 from search.latency import space_from_arg
-from search.predictor.collect import (
-    FILE_KIND,
-    AccuracyData,
-    CollectConfig,
-    collect,
-    load_accuracy,
-    part_path,
-    read_accuracy,
-    subnet_arch,
-)
+from search.predictor.accuracy_file import FILE_KIND, AccuracyData, load_accuracy, part_path, read_accuracy
+from search.predictor.collect import CollectConfig, collect, subnet_arch
 from search.predictor.fit import FitConfig, fit_predictor
 from search.predictor.model import PREDICTOR_FORMAT, SMALL_BATCH, AccuracyPredictor, kendall_tau
 

@@ -87,8 +87,9 @@ def _print_result(r: Any) -> None:
         if r.latency_int8 is not None:
             line += f", int8 {_ms(r.latency_int8)}"
         if r.predicted_latency_ms is not None:
-            line += f"; table predicts {r.predicted_latency_ms:.3g} ms"
-            line += f" ({100 * (lat.mean_ms / r.predicted_latency_ms - 1):+.1f}%)" if r.predicted_latency_ms else ""
+            ref = r.latency_int8 if r.table_dtype == "int8" and r.latency_int8 is not None else lat  # its model's
+            line += f"; {'INT8 ' if ref is not lat else ''}table predicts {r.predicted_latency_ms:.3g} ms"
+            line += f" ({100 * (ref.mean_ms / r.predicted_latency_ms - 1):+.1f}%)" if r.predicted_latency_ms else ""
         print(line)
     for f in r.formats:
         top1 = f"; test top-1 {f.top1:.2f}% (the ONNX model's prediction on every image)" if f.top1 is not None else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ofa.commands._flags import add_flags, flag_values
+from ofa.export.int8_accuracy import int8_top1
 from search.predictor.collect import CollectConfig, collect_from_checkpoint
 from search.predictor.fit import FitConfig, fit_predictor_file
 
@@ -56,7 +57,7 @@ def _add_fit(sub: argparse._SubParsersAction) -> None:
 
 def run_collect(args: argparse.Namespace) -> int:
     cfg = CollectConfig(**flag_values(CollectConfig, args))
-    result = collect_from_checkpoint(args.checkpoint, cfg, args.out, args.device)
+    result = collect_from_checkpoint(args.checkpoint, cfg, args.out, args.device, int8=int8_top1)
     if result.rank == 0:
         print(
             f"measured {result.measured} subnet(s) on rank 0 of {result.world_size}; {result.out} holds "

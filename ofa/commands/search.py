@@ -70,10 +70,11 @@ def run(args: argparse.Namespace) -> int:
     if found.note:
         print(f"note: {found.note}", file=sys.stderr)
     result, paths = found.result, found.paths
+    what = "INT8 top-1" if cfg.dtype == "int8" else "top-1"
     for t in result.targets:
         e = t.arch.extra
         print(
-            f"{t.target_ms:g} ms: predicted top-1 {e['predicted_top1']:.2f}%, latency {e['latency_ms']:.3f} ms, "
+            f"{t.target_ms:g} ms: predicted {what} {e['predicted_top1']:.2f}%, latency {e['latency_ms']:.3f} ms, "
             f"{e['macs'] / 1e6:.1f}M MACs, {e['params'] / 1e6:.2f}M params, {t.arch.short()} "
             f"-> {paths[f'arch_{t.target_ms:g}ms']}"
         )

@@ -29,8 +29,9 @@ def budget_verdict(
     backend = str(meta.get("backend", "ort-cpu"))
     this_cpu = runtime_info("ort-cpu")["cpu"]
     table_cpu = meta.get("cpu")
+    dtype = f" --dtype {table.dtype}" if table is not None and table.dtype != "float32" else ""  # rebuild it in INT8
     build = (
-        f"`ofa lut build --space {space_arg} --backend {backend} --out latency_tables/<this machine>.yaml`, "
+        f"`ofa lut build --space {space_arg} --backend {backend}{dtype} --out latency_tables/<this machine>.yaml`, "
         "then search again"
     )
     other = table_cpu is not None and table_cpu != this_cpu

@@ -38,7 +38,7 @@ from ofa.export.steps import (
     TestSplit,
     Timing,
     accuracy,
-    calibration_batches,
+    int8_model,
     parity_inputs,
     prediction,
     table_protocol,
@@ -52,7 +52,6 @@ from ofa.families.subnet_file import FOLDER_WEIGHTS
 from ofa.lut.measure import measure_latencies
 from ofa.runtime.convert import DEFAULT_OPSET, check_onnx, check_opset, to_onnx
 from ofa.runtime.formats import check_format, require
-from ofa.runtime.quantize import quantize_int8
 from ofa.runtime.runtimes import OrtModel
 from ofa.train.bn import recalibrate_bn
 from ofa.utils.errors import OFAError, SpaceError
@@ -215,9 +214,15 @@ def export_finetuned(
 
 
 def _check_inputs(space: Space, arch: Arch, cfg: ExportConfig, data: Any, table: LatencyTable | None) -> None:
-    """What must hold before any work: the table fits the space and arch; INT8 has calibration images."""
+    """What must hold before any work: the table fits the space and arch (an INT8 one predicts the INT8 model,
+    so it needs --int8); INT8 has calibration images."""
     if table is not None:
         check_table_fits(table, space, arch)
+        if table.dtype == "int8" and not cfg.int8:
+            raise OFAError(
+                f"{table.source}: an INT8 latency table predicts the INT8 model's latency: add --int8 "
+                "(or give a float32 table with --lut)"
+            )
     if cfg.int8 and data is None:
         raise OFAError(
             f"--int8 needs training images for calibration, and {cfg.checkpoint or 'the supernet'} records no data"
@@ -309,12 +314,8 @@ def _int8(
     resolution: int,
 ) -> Int8Model:
     """The INT8 model, calibrated on training images and checked, with its accuracy and agreement with fp32."""
-    calibration = calibration_batches(
-        data.train, runner.batch or cfg.batch_size, cfg.calib_batches * cfg.batch_size, resolution, cfg.seed
-    )
-    int8_proto = quantize_int8(proto, calibration, progress=cfg.progress)
-    check_onnx(int8_proto, "INT8 model")
-    images = sum(len(b) for b in calibration)
+    batch, wanted = runner.batch or cfg.batch_size, cfg.calib_batches * cfg.batch_size
+    int8_proto, images = int8_model(proto, data.train, batch, wanted, resolution, cfg.seed, cfg.progress)
     int8 = accuracy(OrtModel(int8_proto), split, resolution, "int8 accuracy")
     if int8 is None or fp32 is None:
         return Int8Model(int8_proto, images)
@@ -332,7 +333,8 @@ def _timing(
     """Standalone latency of the models (as the table was measured), and the verdict against the budget."""
     models = {"fp32": proto, **({"int8": int8.proto} if int8 is not None else {})}
     measured = measure_latencies(models, subject.model, shape, table)
-    budget = budget_verdict(subject.arch, measured["fp32"], table, str(cfg.checkpoint or "SUPERNET"))
+    searched = "int8" if table is not None and table.dtype == "int8" else "fp32"  # the model the budget was for
+    budget = budget_verdict(subject.arch, measured.get(searched), table, str(cfg.checkpoint or "SUPERNET"))
     if budget is not None and budget.over_budget:
         print(f"{cfg.onnx_path.name}: warning: {budget.line()}", file=sys.stderr)
     return Timing(measured["fp32"], measured.get("int8"), measured, budget)
@@ -366,6 +368,7 @@ def _result(subject: StaticSubnet, cfg: ExportConfig, measured: Measured, conver
         predicted_top1=predicted.top1,
         predicted_latency_ms=predicted.latency_ms,
         table=predicted.table,
+        table_dtype=predicted.dtype,
         supernet_sha256=subject.supernet_sha256,
         finetuned_sha256=subject.finetuned_sha256,
         space_fingerprint=subject.space.fingerprint(),

@@ -101,9 +101,10 @@ def _summary(result: ExportResult, space: Space) -> list[str]:
         predicted += f", table noise ±{result.table_noise_pct:.1f}%"
     if result.budget is not None:
         lines.append(f"| latency budget | {_budget(result.budget)} |")
+    which = " INT8" if result.table_dtype == "int8" else ""
     return [
         *lines,
-        f"| latency, predicted by table | {predicted}{f' (`{result.table}`)' if result.table else ''} |",
+        f"| latency,{which} predicted by table | {predicted}{f' (`{result.table}`)' if result.table else ''} |",
         f"| parity vs PyTorch | max abs logit diff {result.parity.max_abs_diff:.2e} on "
         f"{result.parity.real_inputs} real + {result.parity.random_inputs} random inputs, top-1 identical "
         f"on {100 * result.parity.top1_agreement:.1f}% |",

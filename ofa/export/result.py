@@ -143,6 +143,7 @@ class ExportResult:
     predicted_top1: float | None = None
     predicted_latency_ms: float | None = None
     table: str | None = None
+    table_dtype: str | None = None  # int8: predicted_latency_ms is the INT8 model's, beside latency_int8
     supernet_sha256: str | None = None
     finetuned_sha256: str | None = None  # the fine-tuned subnet file exported (--subnet); None: extracted here
     space_fingerprint: str = ""

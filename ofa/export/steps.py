@@ -21,6 +21,8 @@ from ofa.export.verify import Inference, Parity, onnx_accuracy, resized_batches
 from ofa.families.family import Arch, Space
 from ofa.lut.measure import Latency
 from ofa.lut.timing import Standalone, protocol_from_dict
+from ofa.runtime.convert import check_onnx
+from ofa.runtime.quantize import quantize_int8
 from ofa.utils.errors import OFAError
 from search.latency import LatencyTable
 
@@ -98,6 +100,7 @@ class Prediction:
     latency_ms: float | None
     table: Any  # the table's file (as the arch's ``lut`` field or the table names it)
     table_noise_pct: float | None
+    dtype: str | None = None  # the given table's: ``latency_ms`` predicts the model of that dtype (fp32 or INT8)
 
 
 @dataclass(frozen=True)
@@ -140,12 +143,25 @@ def calibration_batches(train: Dataset, batch: int, images: int, resolution: int
     return [stacked[i : i + batch] for i in range(0, len(stacked) - batch + 1, batch)] or [stacked]
 
 
+def int8_model(
+    proto: onnx.ModelProto, train: Dataset, batch: int, images: int, resolution: int, seed: int, progress: bool = False
+) -> tuple[onnx.ModelProto, int]:
+    """``proto`` in INT8 calibrated on ``images`` training images (`calibration_batches`), checked, and how many
+    images calibrated it: the one recipe for ``ofa export --int8`` and INT8 accuracy data alike."""
+    calibration = calibration_batches(train, batch, images, resolution, seed)
+    quantized = quantize_int8(proto, calibration, progress=progress)
+    check_onnx(quantized, "INT8 model")
+    return quantized, sum(len(b) for b in calibration)
+
+
 def prediction(arch: Arch, table: LatencyTable | None) -> Prediction:
     """The search's figures as the arch records them; the table's own prediction (and noise) when it is given."""
     top1, named = _float(arch.extra.get("predicted_top1")), arch.extra.get("lut")
     if table is None:
         return Prediction(top1, _float(arch.extra.get("latency_ms")), named, None)
-    return Prediction(top1, float(table.predict(arch)), str(table.source or named or ""), table.noise_pct())
+    return Prediction(
+        top1, float(table.predict(arch)), str(table.source or named or ""), table.noise_pct(), table.dtype
+    )
 
 
 def table_protocol(table: LatencyTable | None) -> Standalone:

@@ -36,6 +36,7 @@ def with_metadata(
         "predicted_top1": predicted.top1,
         "predicted_latency_ms": predicted.latency_ms,
         "latency_table": predicted.table,
+        "latency_table_dtype": predicted.dtype,
         "macs": measured.macs,
         "params": measured.params,
         "bn_recalibration_batches": subject.bn_batches,

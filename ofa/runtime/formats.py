@@ -17,8 +17,9 @@ from torch import nn
 
 from ofa.runtime import executorch_backend, openvino_backend
 from ofa.runtime.convert import export_onnx
-from ofa.runtime.quantize import DTYPES, quantize_synthetic
+from ofa.runtime.quantize import quantize_synthetic
 from ofa.utils.errors import OFAError
+from search.latency import DTYPES
 
 FORMAT_BACKEND = {"onnx": "ort-cpu", "openvino": "openvino-cpu", "executorch": "executorch-xnnpack"}
 BACKEND_FORMAT = {backend: fmt for fmt, backend in FORMAT_BACKEND.items()}

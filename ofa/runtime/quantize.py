@@ -29,7 +29,6 @@ from tqdm import tqdm
 
 from ofa.utils.errors import OFAError
 
-DTYPES = ("float32", "int8")  # what a timed or packed model computes in
 SYNTHETIC_BATCHES = 4  # seeded random batches a latency table's model is calibrated on
 SYNTHETIC_RECORD = {  # how `quantize_synthetic` quantizes, as a table's meta records it
     "scheme": "QDQ: uint8 activations, per-channel int8 weights (U8S8), MinMax ranges, reduce_range",

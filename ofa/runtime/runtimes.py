@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from ofa.runtime import formats
-from ofa.runtime.quantize import DTYPES
 from ofa.utils.errors import OFAError
+from search.latency import check_known_dtype
 
 BACKENDS = ("ort-cpu", "torch-cpu", "ort-cuda", "torch-cuda", "openvino-cpu", "executorch-xnnpack")
 INT8_BACKENDS = ("ort-cpu",)  # backends with an INT8 path here (QDQ on onnxruntime's CPU kernels)
@@ -44,8 +44,7 @@ def check_backend(backend: str) -> None:
 
 def check_dtype(backend: str, dtype: str, what: str = "dtype") -> None:
     """Refuse an unknown dtype, or INT8 on a backend without an INT8 path, with one line naming ``what``."""
-    if dtype not in DTYPES:
-        raise OFAError(f"{what}: unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
+    check_known_dtype(dtype, what)
     if dtype == "int8" and backend not in INT8_BACKENDS:
         raise OFAError(
             f"{what}: backend {backend!r} has no INT8 path here (INT8 runs on {', '.join(INT8_BACKENDS)}; "

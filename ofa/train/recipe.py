@@ -17,9 +17,9 @@ from typing import Any, Literal
 from ofa.data.config import DataConfig, parse_data_config
 from ofa.families.family import Arch, Space
 from ofa.families.registry import family_of, layout_of, read_supernet_space, space_from_dict
+from ofa.train.pipeline_settings import PipelineSettings
 from ofa.utils.config import ConfigError, apply_overrides, parse_fields, parse_section, section_to_dict
 from ofa.utils.errors import OFAError, SpaceError
-from ofa.utils.fields import field_label
 from ofa.utils.io import read_yaml
 from ofa.utils.tracking import LoggingConfig
 
@@ -119,64 +119,6 @@ class CheckpointConfig:
     every_steps: int = 0  # also checkpoint every N optimizer steps (0: at epoch ends only)
     keep: int = 2  # newest checkpoints kept (>= 2: a damaged latest one always has a predecessor)
     safetensors: bool = False  # also write supernet.safetensors (weights + JSON header, no pickle)
-
-
-@dataclass(frozen=True)
-class PipelineSettings:
-    """What `ofa pipeline` does after training (its flags, named here, override each key); not part of what is
-    trained. Errors name the key and its flag: ``pipeline.subnets / --subnets``."""
-
-    subnets: int = field(default=100, metadata={"metavar": "N", "help": "subnets measured for the accuracy predictor"})
-    calib_batches: int = field(
-        default=8, metadata={"metavar": "N", "help": "BN recalibration batches per measured subnet"}
-    )
-    targets_ms: tuple[float, ...] | None = field(
-        default=None,
-        metadata={
-            "metavar": "MS",
-            "help": "latency budgets (default: four spread between the smallest and largest subnet)",
-        },
-    )
-    lut: str | None = field(
-        default=None,
-        metadata={"metavar": "TABLE", "help": "latency table to use instead of building one on this machine"},
-    )
-    max_noise_pct: float | None = field(
-        default=None,
-        metadata={
-            "flag": "--max-noise",
-            "metavar": "PCT",
-            "help": "strict (for CI): stop when a table resolution is less sure than ±PCT (default: warn, write it "
-            "and go on)",
-        },
-    )
-    lut_budget_s: float = field(
-        default=0.5,
-        metadata={
-            "flag": "--lut-budget",
-            "metavar": "S",
-            "help": "table build: most seconds of timing per model once its least blocks are in",
-        },
-    )
-    int8: bool = field(default=False, metadata={"help": "also export INT8 models and report their accuracy"})
-
-    def __post_init__(self) -> None:
-        if self.subnets < 10:
-            raise ConfigError(
-                f"{_setting('subnets')} must be at least 10 (the predictor needs three splits), got {self.subnets}"
-            )
-        if self.calib_batches < 1:
-            raise ConfigError(f"{_setting('calib_batches')} must be at least 1, got {self.calib_batches}")
-        if self.targets_ms is not None and (not self.targets_ms or min(self.targets_ms) <= 0):
-            raise ConfigError(f"{_setting('targets_ms')} must be positive, got {list(self.targets_ms)}")
-        if self.max_noise_pct is not None and not self.max_noise_pct > 0:
-            raise ConfigError(f"{_setting('max_noise_pct')}: expected a positive percentage, got {self.max_noise_pct}")
-        if not self.lut_budget_s >= 0:
-            raise ConfigError(f"{_setting('lut_budget_s')}: expected seconds >= 0, got {self.lut_budget_s}")
-
-
-def _setting(name: str) -> str:
-    return field_label(PipelineSettings, name, "pipeline")
 
 
 @dataclass(frozen=True)

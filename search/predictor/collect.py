@@ -6,6 +6,11 @@ then top-1 on the validation split (never the test split). One JSON line per sub
 as soon as it is measured; under torchrun rank r measures subnets i = r mod world_size into its
 own part file, and rank 0 merges the parts at the end. ``repeat_split`` measures on two disjoint
 halves of the validation split, to know how much of the ranking is measurement noise.
+
+``dtype="int8"`` also measures each subnet's top-1 after post-training quantization (``top1_int8`` beside the
+float32 ``top1`` in each row, ``dtype`` in the header). Quantizing needs onnxruntime, a layer to the right of
+this one, so the measurement is handed in (`Int8Top1`; `ofa.export.int8_accuracy.int8_top1` is the one the
+command and the pipeline pass): calibrated on training images as ``ofa export --int8`` draws them.
 """
 
 from __future__ import annotations
@@ -13,31 +18,67 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from ofa.data.datasets import DataBundle, data_from_meta
 from ofa.data.loaders import LoaderOptions, make_loader
 from ofa.families.family import Arch, Space, Supernet
-from ofa.families.registry import arch_from_dict, family_of, layout_of, load_supernet, space_from_dict
+from ofa.families.registry import family_of, load_supernet
 from ofa.train.bn import recalibrate_bn
 from ofa.train.distributed import DistEnv, process_group
 from ofa.train.evaluate import evaluate
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import write_text
+from search.latency import check_known_dtype
+from search.predictor.accuracy_file import (
+    FILE_KIND,
+    append_line,
+    merge_parts,
+    part_path,
+    read_accuracy,
+    read_lines,
+    repair,
+)
 
-FILE_KIND = "ofa-accuracy"
-RESUME_KEYS = ("fingerprint", "weights", "seed", "calib_batches", "batch_size", "repeat_split", "val_images")
+RESUME_KEYS = (
+    "fingerprint",
+    "weights",
+    "seed",
+    "calib_batches",
+    "batch_size",
+    "repeat_split",
+    "val_images",
+    "dtype",
+)
+
+
+@dataclass(frozen=True)
+class Int8Inputs:
+    """What one subnet's INT8 top-1 is measured from: ``images`` training images of ``train`` drawn with
+    ``seed`` (as ``ofa export --int8`` draws its calibration images) in batches of ``batch_size``, and the
+    loaders of the float32 top-1 (``evals``: the validation split, or its halves), so both figures are paired."""
+
+    train: Dataset
+    images: int
+    batch_size: int
+    seed: int
+    evals: tuple[DataLoader, ...]
+
+
+# (static subnet in eval mode with its recalibrated BN, its input (channels, height, width), inputs) -> top-1 %
+Int8Top1 = Callable[[nn.Module, tuple[int, int, int], Int8Inputs], float]
 
 
 def subnet_arch(space: Space, seed: int, index: int) -> Arch:
@@ -55,115 +96,6 @@ def weights_digest(net: torch.nn.Module) -> str:
         h.update(key.encode())
         h.update(value.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-def part_path(out: Path, rank: int) -> Path:
-    return out.with_name(f"{out.name}.rank{rank}.part")
-
-
-def _parts(out: Path) -> list[Path]:
-    return sorted(out.parent.glob(f"{out.name}.rank*.part"))
-
-
-def _read_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:
-    """Parsed JSON lines, and whether the file ends in a cut-off line (a crash mid-write), which is skipped."""
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise OFAError(f"{path}: not a JSON-lines accuracy file (binary content)") from None
-    lines = text.split("\n")
-    truncated = bool(lines[-1])
-    out = []
-    for no, line in enumerate(lines[:-1], 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            raise OFAError(f"{path}:{no}: not a JSON line") from None
-        if not isinstance(obj, dict):
-            raise OFAError(f"{path}:{no}: expected a JSON object")
-        out.append(obj)
-    return out, truncated
-
-
-def read_accuracy(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(header, records by index) of a collection file plus any unmerged part files next to it."""
-    path = Path(path)
-    if not path.is_file():
-        raise OFAError(f"{path}: accuracy file not found (make one with `ofa predictor collect`)")
-    lines, _ = _read_lines(path)
-    if not lines or lines[0].get("kind") != FILE_KIND:
-        raise OFAError(f"{path}: not an accuracy file from `ofa predictor collect` (no header line)")
-    header, records = lines[0], lines[1:]
-    for part in _parts(path):
-        records += _read_lines(part)[0]
-    by_index: dict[int, dict[str, Any]] = {}
-    for rec in records:
-        if not isinstance(rec.get("index"), int) or not isinstance(rec.get("arch"), dict) or "top1" not in rec:
-            raise OFAError(f"{path}: malformed record {json.dumps(rec)[:80]} (needs index, arch, top1)")
-        by_index.setdefault(rec["index"], rec)
-    return header, [by_index[i] for i in sorted(by_index)]
-
-
-@dataclass
-class AccuracyData:
-    """A collection as arrays: what `fit_predictor` consumes."""
-
-    space: Space
-    rows: np.ndarray
-    top1: np.ndarray
-    halves: tuple[np.ndarray, np.ndarray] | None
-    header: dict[str, Any]
-
-
-def load_accuracy(path: str | Path) -> AccuracyData:
-    header, records = read_accuracy(path)
-    space = space_from_dict(header.get("space") or {}, f"{path}: header.space")
-    rows = layout_of(space).encode_many(
-        [
-            space.validate(
-                arch_from_dict(space, r["arch"], f"{path}: subnet {r['index']}"), f"{path}: subnet {r['index']}"
-            )
-            for r in records
-        ]
-    )
-    keys = ("top1", "top1_a", "top1_b") if header.get("repeat_split") else ("top1",)
-    values = np.zeros((len(keys), len(records)))
-    for j, rec in enumerate(records):
-        for k, key in enumerate(keys):
-            try:
-                values[k, j] = float(rec[key])
-            except (KeyError, TypeError, ValueError):
-                raise OFAError(f"{path}: subnet {rec['index']}: {key!r} missing or not a number") from None
-    halves = (values[1], values[2]) if len(keys) == 3 else None
-    return AccuracyData(space, rows, values[0], halves, header)
-
-
-def merge_parts(out: str | Path) -> int:
-    """Fold rank part files into ``out`` (sorted by index, atomically), then remove them; returns the count."""
-    out = Path(out)
-    parts = _parts(out)
-    header, records = read_accuracy(out)
-    if parts or _read_lines(out)[1]:
-        write_text(out, "".join(json.dumps(r) + "\n" for r in [header, *records]))
-        for part in parts:
-            part.unlink(missing_ok=True)
-    return len(records)
-
-
-def _repair(path: Path) -> None:
-    """Drop a cut-off last line so appends start on a fresh line (complete lines are kept)."""
-    if path.is_file() and _read_lines(path)[1]:
-        text = path.read_text()
-        write_text(path, text[: text.rfind("\n") + 1])
-
-
-def _append(path: Path, obj: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(obj) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def split_halves(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -194,10 +126,19 @@ class CollectConfig:
         metadata={"help": "also measure each subnet on two disjoint halves of the validation split (test-retest)"},
     )
     num_workers: int = field(default=0, metadata={"flag": "--workers", "help": "data-loader worker processes"})
+    dtype: Literal["float32", "int8"] = field(
+        default="float32",
+        metadata={
+            "help": "int8: also measure each subnet's top-1 after INT8 post-training quantization (QDQ U8S8, "
+            "calibrated on calib_batches x batch_size training images as `ofa export --int8` draws them), "
+            "recorded as top1_int8 beside the float32 top1"
+        },
+    )
     progress: bool = True
     supernet: str = ""
 
     def __post_init__(self) -> None:
+        check_known_dtype(self.dtype, field_label(CollectConfig, "dtype"))
         for name in ("n", "calib_batches", "batch_size"):
             if getattr(self, name) <= 0:
                 raise OFAError(f"{field_label(CollectConfig, name)} must be positive, got {getattr(self, name)}")
@@ -218,35 +159,30 @@ class CollectResult:
 
 
 def collect(
-    net: Supernet, data: DataBundle, out: str | Path, cfg: CollectConfig, env: DistEnv | None = None
+    net: Supernet,
+    data: DataBundle,
+    out: str | Path,
+    cfg: CollectConfig,
+    env: DistEnv | None = None,
+    int8: Int8Top1 | None = None,
 ) -> CollectResult:
     """Measure subnets ``0..n-1`` of ``net`` not yet in ``out`` (``env``: this process's rank and device).
 
     ``data.train`` feeds BN recalibration (the same seeded images for every subnet), ``data.val``
-    is the held-out split. Raises `OFAError` when the validation split is too small, or when
+    is the held-out split. ``int8`` measures a subnet's INT8 top-1 (needed when ``cfg.dtype`` is int8).
+    Raises `OFAError` when the validation split is too small, INT8 is asked without ``int8``, or
     ``out`` exists but is not an accuracy file of the same supernet weights and settings.
     """
     env = env or DistEnv.single_process()
     if len(data.val) < (2 if cfg.repeat_split else 1):
         raise OFAError(f"the validation split has {len(data.val)} images: too few to measure subnets")
+    if cfg.dtype == "int8" and int8 is None:
+        raise OFAError(f"{field_label(CollectConfig, 'dtype')} int8: no INT8 measurement was given (int8=...)")
     out, space = Path(out), net.space
     calib_ids = np.random.default_rng(cfg.seed).permutation(len(data.train))[: cfg.calib_batches * cfg.batch_size]
-    header = {
-        "kind": FILE_KIND,
-        "space": space.to_dict(),
-        "fingerprint": space.fingerprint(),
-        "weights": weights_digest(net),
-        "supernet": str(cfg.supernet),
-        "seed": cfg.seed,
-        "calib_batches": cfg.calib_batches,
-        "batch_size": cfg.batch_size,
-        "calib_images": len(calib_ids),
-        "val_images": len(data.val),
-        "repeat_split": cfg.repeat_split,
-    }
-    _open_output(out, header, env.rank)
+    _open_output(out, _header(net, data, cfg, len(calib_ids)), env.rank)
     sink = out if env.world_size == 1 else part_path(out, env.rank)
-    _repair(sink)
+    repair(sink)
     done = {r["index"] for r in read_accuracy(out)[1]} if out.is_file() else set()
     todo = [i for i in range(cfg.n) if i % env.world_size == env.rank and i not in done]
 
@@ -260,6 +196,8 @@ def collect(
         evals = [loader(Subset(data.val, h.tolist())) for h in split_halves(len(data.val), cfg.seed)]
     else:
         evals = [loader(data.val)]
+    inputs = Int8Inputs(data.train, len(calib_ids), cfg.batch_size, cfg.seed, tuple(evals))
+    measure_int8 = int8 if cfg.dtype == "int8" else None
     net.to(env.device).eval()
     for i in tqdm(
         todo,
@@ -267,21 +205,51 @@ def collect(
         unit="subnet",
         disable=not cfg.progress or not env.is_main,
     ):
-        _append(sink, _measure(net, subnet_arch(space, cfg.seed, i), i, calib, evals, cfg, env.device))
+        arch = subnet_arch(space, cfg.seed, i)
+        rec = _measure(net, arch, i, calib, evals, cfg, env.device)
+        if measure_int8 is not None:
+            shape = (space.in_channels, arch.resolution, arch.resolution)
+            rec["top1_int8"] = float(measure_int8(net.extract(arch).cpu().eval(), shape, inputs))
+        append_line(sink, rec)
     total = _finish(out, env.rank, env.world_size)
     return CollectResult(out, len(todo), total, env.rank, env.world_size)
+
+
+def _header(net: Supernet, data: DataBundle, cfg: CollectConfig, calib_images: int) -> dict[str, Any]:
+    """The collection's first line: what was measured, and everything a resumed run must repeat."""
+    space = net.space
+    return {
+        "kind": FILE_KIND,
+        "space": space.to_dict(),
+        "fingerprint": space.fingerprint(),
+        "weights": weights_digest(net),
+        "supernet": str(cfg.supernet),
+        "seed": cfg.seed,
+        "calib_batches": cfg.calib_batches,
+        "batch_size": cfg.batch_size,
+        "calib_images": calib_images,
+        "val_images": len(data.val),
+        "repeat_split": cfg.repeat_split,
+        "dtype": cfg.dtype,
+        **(
+            {"int8": {"calibration": "training images drawn as `ofa export --int8` draws them"}}
+            if cfg.dtype == "int8"
+            else {}
+        ),
+    }
 
 
 def _open_output(out: Path, header: dict[str, Any], rank: int) -> None:
     """Start ``out`` with ``header`` (rank 0), or check that the collection there is this one."""
     if out.is_file():
-        old = _read_lines(out)[0][:1]
+        old = read_lines(out)[0][:1]
         if not old or old[0].get("kind") != FILE_KIND:
             raise OFAError(f"{out}: exists and is not an accuracy file; choose another --out")
+        first = {"dtype": "float32", **old[0]}  # collections from before INT8 name no dtype
         for key in RESUME_KEYS:
-            if old[0].get(key) != header[key]:
+            if first.get(key) != header[key]:
                 raise OFAError(
-                    f"{out}: was collected with {key}={old[0].get(key)!r}, this run has "
+                    f"{out}: was collected with {key}={first.get(key)!r}, this run has "
                     f"{header[key]!r}; resume with the same supernet and settings or choose another --out"
                 )
     elif rank == 0:
@@ -330,7 +298,11 @@ def _finish(out: Path, rank: int, world_size: int) -> int | None:
 
 
 def collect_from_checkpoint(
-    checkpoint: str | Path, cfg: CollectConfig, out: str | Path | None = None, device: str = "auto"
+    checkpoint: str | Path,
+    cfg: CollectConfig,
+    out: str | Path | None = None,
+    device: str = "auto",
+    int8: Int8Top1 | None = None,
 ) -> CollectResult:
     """`collect` for a supernet file or training checkpoint, on the data it was trained on.
 
@@ -338,7 +310,7 @@ def collect_from_checkpoint(
     GPU if any), ``cpu``, ``cuda`` or ``cuda:N``. Under ``torchrun`` the subnets are shared across
     ranks (rank 0 merges at the end; collectives wait up to a day for the slowest rank). Raises
     `OFAError` for an unknown device, a file that is no supernet, a supernet without recorded data
-    or validation split, and the errors of `collect`.
+    or validation split, and the errors of `collect` (``int8`` as there).
     """
     with process_group(device, timeout=timedelta(hours=24), where="--device") as env:
         net = load_supernet(checkpoint)
@@ -350,4 +322,4 @@ def collect_from_checkpoint(
         if data.val is None or len(data.val) == 0:
             raise OFAError(f"{checkpoint}: its data has no validation split to measure subnets on")
         out = Path(out) if out else Path(checkpoint).parent / "acc.jsonl"
-        return collect(net, data, out, dataclasses.replace(cfg, supernet=str(checkpoint)), env)
+        return collect(net, data, out, dataclasses.replace(cfg, supernet=str(checkpoint)), env, int8)

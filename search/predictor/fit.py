@@ -4,6 +4,11 @@ The measured subnets are cut into three disjoint, seeded splits: one to fit the 
 early on, and one that only the report sees. Reporting the early-stopping split would flatter the
 predictor (its best epoch was chosen on it), so RMSE and Kendall tau come from the test split, and the
 measurement's own test-retest tau is taken on those same test subnets.
+
+INT8 data (``ofa predictor collect --dtype int8``) is fitted in one of two ways (``target``): on the INT8 top-1
+directly, or on the drop from float32 (a float32 predictor plus a second MLP on the measured INT8 - float32
+difference). ``auto`` fits both and keeps the one whose early-stop split error is lower, so the test split
+never chooses and its figures stay honest; both fits' errors are recorded in the predictor's metrics.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -24,10 +29,11 @@ from tqdm import tqdm
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 from ofa.utils.io import atomic_write, write_text
-from search.predictor.collect import AccuracyData, load_accuracy
+from search.predictor.accuracy_file import AccuracyData, load_accuracy
 from search.predictor.model import AccuracyPredictor, kendall_tau
 
 MIN_SUBNETS = 10
+TARGETS = ("auto", "int8", "drop")
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,20 @@ class FitConfig:
     batch_size: int = field(default=256, metadata={"help": "subnets per step"})
     max_epochs: int = field(default=1000, metadata={"flag": "--epochs", "help": "most epochs"})
     patience: int = field(default=50, metadata={"help": "epochs without early-stop improvement"})
+    target: Literal["auto", "int8", "drop"] = field(
+        default="auto",
+        metadata={
+            "help": "INT8 data: fit the INT8 top-1 itself (int8), the drop from float32 on top of a float32 "
+            "predictor (drop), or both, keeping the lower early-stop error (auto); float32 data: auto only"
+        },
+    )
 
     def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise OFAError(
+                f"{field_label(FitConfig, 'target')}: unknown target {self.target!r} (choose from auto, "
+                f"{', '.join(TARGETS[1:])})"
+            )
         for name in ("hidden", "layers", "max_epochs", "patience", "lr", "batch_size"):
             if not getattr(self, name) > 0:
                 raise OFAError(f"{field_label(FitConfig, name)} must be positive, got {getattr(self, name)}")
@@ -101,8 +119,11 @@ class FitReport:
     tau: float
     spread: float  # std of the measured test accuracies: an RMSE well below it is informative
     stop_rmse: float  # on the early-stopping split, at the kept epoch (optimistic by construction)
-    retest_tau: float | None = None  # tau between the two validation halves, same test subnets
+    retest_tau: float | None = None  # tau between the two validation halves (float32 top-1), same test subnets
     retest_tau_all: float | None = None  # same, over every collected subnet
+    dtype: str = "float32"  # of the top-1 predicted (and measured on the test split)
+    target: str = "top1"  # what the MLP fitted: top1 (float32 data), int8 or drop
+    targets: dict[str, dict[str, float]] | None = None  # INT8 data: each fitted target's stop/test RMSE and tau
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +133,9 @@ class FitReport:
             f"test split ({self.test_size} subnets): RMSE {self.rmse:.3f} pts (spread {self.spread:.3f}), "
             f"Kendall tau {self.tau:.3f}"
         )
+        if self.dtype == "int8":
+            both = ", ".join(f"{t} {e['stop_rmse']:.3f}/{e['rmse']:.3f}" for t, e in (self.targets or {}).items())
+            text = f"INT8 top-1 fitted on {self.target} (early-stop/test RMSE: {both}); " + text
         if self.retest_tau is not None:
             text += (
                 f"; test-retest tau of the two validation halves {self.retest_tau:.3f} "
@@ -180,19 +204,61 @@ def _train(
 def fit_predictor(
     data: AccuracyData, cfg: FitConfig, on_epoch: Callable[[dict[str, float]], None] | None = None
 ) -> FitResult:
-    """Fit the MLP predictor of ``data.space`` on ``data``'s fit split and report its test split.
+    """Fit the MLP predictor of ``data.space`` on ``data``'s fit split and report its test split; on INT8 data
+    it predicts the INT8 top-1 (``cfg.target``: how; see the module docstring).
 
-    Raises ``OFAError`` when there are too few subnets for three splits of at least two each.
+    Raises ``OFAError`` when there are too few subnets for three splits of at least two each, or an INT8
+    target is asked of float32 data.
     """
     rows, top1 = np.asarray(data.rows, dtype=np.int64), np.asarray(data.top1, dtype=np.float64)
     splits = Splits.draw(len(top1), cfg)
-    fit = splits.fit
-    mean, std = float(top1[fit].mean()), float(top1[fit].std()) or 1.0
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        model = AccuracyPredictor(data.space, cfg.hidden, cfg.layers, mean, std)
-    x = torch.from_numpy(model.encoder.encode_rows(rows[fit]))
-    y = torch.from_numpy(((top1[fit] - mean) / std).astype(np.float32))
+
+    def fit(name: str, target: np.ndarray, measured: np.ndarray, base: AccuracyPredictor | None) -> FitResult:
+        dtype = "float32" if name == "top1" else "int8"
+        return _fit_one(data, Problem(rows, target, measured, splits, dtype, name), cfg, on_epoch, base)
+
+    if data.top1_int8 is None:
+        if cfg.target != "auto":
+            raise OFAError(
+                f"{field_label(FitConfig, 'target')} {cfg.target}: the data is float32 (collect it with --dtype "
+                "int8 to fit INT8 top-1)"
+            )
+        return fit("top1", top1, top1, None)
+    int8 = np.asarray(data.top1_int8, dtype=np.float64)
+    fits = {}
+    if cfg.target in ("auto", "int8"):
+        fits["int8"] = fit("int8", int8, int8, None)
+    if cfg.target in ("auto", "drop"):
+        fits["drop"] = fit("drop", int8 - top1, int8, fit("top1", top1, top1, None).predictor)
+    best = min(fits, key=lambda t: fits[t].report.stop_rmse)
+    targets = {t: {k: getattr(f.report, k) for k in ("stop_rmse", "rmse", "tau")} for t, f in fits.items()}
+    for f in fits.values():
+        f.report.targets = targets
+        f.predictor.metrics = f.report.to_dict()
+    return fits[best]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One fit: gene ``rows``, the MLP's ``target`` (what it learns, on top of a base predictor's output where
+    there is one), the ``measured`` top-1 its predictions are judged on, the splits, and what is predicted."""
+
+    rows: np.ndarray
+    target: np.ndarray
+    measured: np.ndarray
+    splits: Splits
+    dtype: str
+    name: str
+
+
+def _fit_one(
+    data: AccuracyData,
+    problem: Problem,
+    cfg: FitConfig,
+    on_epoch: Callable[[dict[str, float]], None] | None,
+    base: AccuracyPredictor | None,
+) -> FitResult:
+    """Fit one MLP (over ``base``'s predictions, if any) and report it on the test split."""
     curve: list[dict[str, float]] = []
 
     def record(m: dict[str, float]) -> None:
@@ -200,7 +266,15 @@ def fit_predictor(
         if on_epoch is not None:
             on_epoch(m)
 
-    epochs, best_epoch, stop_rmse = _train(model, x, y, (rows[splits.stop], top1[splits.stop]), cfg, record)
+    rows, measured, splits = problem.rows, problem.measured, problem.splits
+    fit = splits.fit
+    mean, std = float(problem.target[fit].mean()), float(problem.target[fit].std()) or 1.0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = AccuracyPredictor(data.space, cfg.hidden, cfg.layers, mean, std, problem.dtype, base)
+    x = torch.from_numpy(model.encoder.encode_rows(rows[fit]))
+    y = torch.from_numpy(((problem.target[fit] - mean) / std).astype(np.float32))
+    epochs, best_epoch, stop_rmse = _train(model, x, y, (rows[splits.stop], measured[splits.stop]), cfg, record)
     test = splits.test
     pred = model.predict_batch(rows[test])
     report = FitReport(
@@ -209,24 +283,27 @@ def fit_predictor(
         test_size=len(test),
         epochs=epochs,
         best_epoch=best_epoch,
-        rmse=_rmse(pred, top1[test]),
-        tau=kendall_tau(pred, top1[test]),
-        spread=float(top1[test].std()),
+        rmse=_rmse(pred, measured[test]),
+        tau=kendall_tau(pred, measured[test]),
+        spread=float(measured[test].std()),
         stop_rmse=stop_rmse,
+        dtype=problem.dtype,
+        target=problem.name,
     )
     if data.halves is not None:
         a, b = (np.asarray(v, dtype=np.float64) for v in data.halves)
         report.retest_tau = kendall_tau(a[test], b[test])
         report.retest_tau_all = kendall_tau(a, b)
     model.metrics = report.to_dict()
-    return FitResult(model, report, curve, {"rows": rows[test], "measured": top1[test], "predicted": pred})
+    return FitResult(model, report, curve, {"rows": rows[test], "measured": measured[test], "predicted": pred})
 
 
 def fit_predictor_file(accuracy: str | Path, out: str | Path | None, cfg: FitConfig) -> tuple[FitResult, Path]:
     """`ofa predictor fit`: fit on a collection file, write the predictor, its curve (JSONL) and plot (PNG)."""
     data = load_accuracy(accuracy)
     out = Path(out) if out else Path(accuracy).parent / "predictor.pt"
-    with tqdm(total=cfg.max_epochs, desc="fit", unit="epoch", file=sys.stderr) as bar:
+    runs = None if data.top1_int8 is not None else cfg.max_epochs  # INT8 data: up to three fits
+    with tqdm(total=runs, desc="fit", unit="epoch", file=sys.stderr) as bar:
 
         def tick(m: dict[str, float]) -> None:
             bar.update()
@@ -250,8 +327,9 @@ def plot_fit(result: FitResult, path: str | Path) -> Path:
     ax.scatter(measured, predicted, s=8, alpha=0.7)
     lo, hi = float(min(measured.min(), predicted.min())), float(max(measured.max(), predicted.max()))
     ax.plot([lo, hi], [lo, hi], color="k", lw=0.8)
-    ax.set_xlabel("measured top-1 (%)")
-    ax.set_ylabel("predicted top-1 (%)")
+    what = "INT8 top-1" if report.dtype == "int8" else "top-1"
+    ax.set_xlabel(f"measured {what} (%)")
+    ax.set_ylabel(f"predicted {what} (%)")
     ax.set_title(
         f"test split: RMSE {report.rmse:.3f}, Kendall tau {report.tau:.3f}"
         + (f" (retest {report.retest_tau:.3f})" if report.retest_tau is not None else ""),

@@ -2,7 +2,9 @@
 
 The features are the family's ``ArchEncoder`` (mbv3: OFA's MobileNetArchEncoder) of integer gene rows,
 so a whole population is scored with one batched call. A predictor file stores its space, so it
-refuses any other space.
+refuses any other space, and the dtype of the top-1 it predicts (``float32``, or ``int8``: after post-training
+quantization), so an INT8 search refuses a float32 predictor. An INT8 predictor fitted on the drop from
+float32 holds the float32 predictor as its ``base`` and learns the INT8 top-1 minus the base's prediction.
 """
 
 from __future__ import annotations
@@ -32,9 +34,17 @@ class AccuracyPredictor(nn.Module):
     """MLP (hidden ReLU layers, as OFA's 3 x 400) from the encoding to top-1 accuracy in percent."""
 
     def __init__(
-        self, space: Space, hidden: int = 400, layers: int = 3, target_mean: float = 0.0, target_std: float = 1.0
+        self,
+        space: Space,
+        hidden: int = 400,
+        layers: int = 3,
+        target_mean: float = 0.0,
+        target_std: float = 1.0,
+        dtype: str = "float32",
+        base: AccuracyPredictor | None = None,
     ) -> None:
         super().__init__()
+        self.dtype, self.base = dtype, base  # base: predicted_top1 = base's + this MLP's (a drop: negative)
         self.space, self.encoder = space, family_of(space).encoder(space)
         self.hidden, self.layers = hidden, layers
         dims = [self.encoder.dim] + [hidden] * layers
@@ -45,6 +55,7 @@ class AccuracyPredictor(nn.Module):
         self.register_buffer("target_mean", torch.tensor(float(target_mean)))
         self.register_buffer("target_std", torch.tensor(float(target_std)))
         self.metrics: dict[str, Any] = {}
+        self.source = "the accuracy predictor"  # its file, once loaded: errors name it
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """Normalised output; ``predict_*`` map it back to percent."""
@@ -62,9 +73,10 @@ class AccuracyPredictor(nn.Module):
         if len(x) <= SMALL_BATCH:
             torch.set_num_threads(1)
         try:
-            return self._mlp(x).mul_(self.target_std).add_(self.target_mean).double().numpy()
+            own = self._mlp(x).mul_(self.target_std).add_(self.target_mean).double().numpy()
         finally:
             torch.set_num_threads(threads)
+        return own if self.base is None else own + self.base.predict_batch(rows)
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         """``forward`` without autograd or module hooks: linear layers with in-place ReLUs between them."""
@@ -88,14 +100,16 @@ class AccuracyPredictor(nn.Module):
             )
 
     def save(self, path: str | Path) -> Path:
+        shape = {"hidden": self.hidden, "layers": self.layers}
         return save_torch(
             path,
             {
                 "format": PREDICTOR_FORMAT,
                 "space": self.space.to_dict(),
                 "fingerprint": self.space.fingerprint(),
-                "hidden": self.hidden,
-                "layers": self.layers,
+                **shape,
+                "dtype": self.dtype,
+                "base": {"hidden": self.base.hidden, "layers": self.base.layers} if self.base is not None else None,
                 "state_dict": self.state_dict(),
                 "metrics": json.loads(json.dumps(self.metrics)),
             },
@@ -117,14 +131,17 @@ class AccuracyPredictor(nn.Module):
         space = space_from_dict(obj["space"], f"{path}:space")
         if space.fingerprint() != obj.get("fingerprint"):
             raise OFAError(f"{path}: stored space does not match its fingerprint (file edited or corrupted)")
-        net = cls(space, int(obj["hidden"]), int(obj["layers"]))
+        base = obj.get("base")
+        dtype = str(obj.get("dtype") or "float32")  # predictors from before INT8 name none
+        shape = (int(base["hidden"]), int(base["layers"])) if isinstance(base, dict) else None
+        net = cls(space, int(obj["hidden"]), int(obj["layers"]), dtype=dtype, base=shape and cls(space, *shape))
         try:
             net.load_state_dict(obj["state_dict"])
         except (RuntimeError, KeyError) as exc:
             raise OFAError(
                 f"{path}: weights do not fit the stored predictor shape: {str(exc).splitlines()[0]}"
             ) from None
-        net.metrics = dict(obj.get("metrics") or {})
+        net.metrics, net.source = dict(obj.get("metrics") or {}), str(path)
         return net.eval()
 
 

@@ -1,0 +1,223 @@
+"""The search in INT8: INT8 accuracy data (collect), INT8 predictors (fit on INT8 top-1 or on the drop), the
+search refusing files of the other dtype in one line, and the digits-sized pipeline in INT8 end to end."""
+
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY_RECIPE, known_call_ms, perturb, tiny_space
+
+from ofa.cli import main
+from ofa.data.datasets import data_from_meta
+from ofa.export import steps
+from ofa.export.int8_accuracy import int8_top1
+from ofa.families.mbv3.encoding import GeneLayout
+from ofa.families.mbv3.space import SearchSpace
+from ofa.families.mbv3.supernet import OFAMobileNetV3
+from ofa.lut.build import TableBuildConfig, build_table
+from ofa.lut.timing import Standalone
+from ofa.pipeline import Pipeline, PipelineConfig
+from ofa.utils.errors import OFAError
+from ofa.utils.io import read_json, read_yaml
+from search.find import search_device
+from search.latency import LatencyTable, save_table
+from search.predictor.accuracy_file import AccuracyData, load_accuracy, read_accuracy
+from search.predictor.collect import CollectConfig, collect
+from search.predictor.fit import FitConfig, fit_predictor
+from search.predictor.model import AccuracyPredictor
+from search.search_config import SearchConfig
+
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+DATA = {
+    "name": "synthetic",
+    "image_size": 8,
+    "batch_size": 16,
+    "val_fraction": 0.3,
+    "synthetic": {"train_size": 60, "test_size": 16, "num_classes": 4, "channels": 1},
+}
+
+
+def small_space() -> SearchSpace:
+    return tiny_space(in_channels=1, num_classes=4, resolutions=(8,), kernels=(3,), expands=(2,), depths=(1,))
+
+
+def synthetic_table(space: SearchSpace, path: Path, dtype: str | None) -> Path:
+    """A table file of ``space`` with made-up entries; ``dtype`` None: one from before INT8 (float32)."""
+    entries = {
+        spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.0, "count": 1}
+        for r in space.resolutions
+        for spec in space.fixed_layers(r)
+        + [
+            space.block_spec(r, s, j, k, e)
+            for s in range(space.num_stages)
+            for j in range(space.max_depth)
+            for k in space.kernels
+            for e in space.expands
+        ]
+    }
+    meta = {"backend": "ort-cpu", "threads": 1, "batch": 1, "overhead_ms": 0.02, "protocol": FAST.to_dict()}
+    meta.update(space=space.to_dict(), space_fingerprint=space.fingerprint(), **({"dtype": dtype} if dtype else {}))
+    return save_table(path, meta, entries)
+
+
+@pytest.fixture(scope="module")
+def supernet(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    net = perturb(OFAMobileNetV3(small_space())).eval()
+    path = tmp_path_factory.mktemp("net") / "supernet.pt"
+    net.save(path, meta={"data": DATA})
+    return path
+
+
+def test_collect_int8_records_both_top1_calibrated_as_export(supernet, tmp_path, monkeypatch):
+    net = OFAMobileNetV3.load(supernet)
+    data = data_from_meta(net.meta)
+    calls = []
+    real = steps.calibration_batches
+
+    def spy(train, batch, images, resolution, seed):
+        calls.append((train, batch, images, resolution, seed))
+        return real(train, batch, images, resolution, seed)
+
+    monkeypatch.setattr(steps, "calibration_batches", spy)
+    cfg = CollectConfig(2, seed=3, calib_batches=2, batch_size=8, dtype="int8", progress=False)
+    out = tmp_path / "acc.jsonl"
+    assert collect(net, data, out, cfg, int8=int8_top1).measured == 2
+    header, recs = read_accuracy(out)
+    assert header["dtype"] == "int8" and "export --int8" in header["int8"]["calibration"]
+    assert all(0 <= r["top1_int8"] <= 100 and 0 <= r["top1"] <= 100 for r in recs)
+    # export's calibration images: training images, calib_batches x batch_size of them, the collection's seed
+    assert [c[1:] for c in calls] == [(8, 16, 8, 3)] * 2 and all(c[0] is data.train for c in calls)
+    loaded = load_accuracy(out)
+    assert loaded.dtype == "int8" and np.array_equal(loaded.top1_int8, [r["top1_int8"] for r in recs])
+
+    with pytest.raises(OFAError, match=r"dtype='int8', this run has 'float32'"):
+        collect(net, data, out, CollectConfig(3, seed=3, calib_batches=2, batch_size=8, progress=False))
+    with pytest.raises(OFAError, match=r"^dtype / --dtype int8: no INT8 measurement"):
+        collect(net, data, tmp_path / "other.jsonl", cfg)
+    with pytest.raises(OFAError, match=r"^dtype / --dtype: unknown dtype 'fp16'"):
+        CollectConfig(dtype="fp16")
+
+
+def test_fit_int8_data_on_both_targets_keeps_the_lower_early_stop_error(tmp_path):
+    space = tiny_space()
+    layout = GeneLayout.of(space)
+    rows = layout.sample(240, np.random.default_rng(0))
+    top1 = 70 + 2.0 * rows[:, layout.resolution] + 0.3 * rows.sum(1) / rows.shape[1]
+    drop = 0.5 + 0.4 * (rows[:, layout.slices["kernels"]] == 0).mean(1)  # quantization costs some subnets more
+    data = AccuracyData(space, rows, top1, None, {"dtype": "int8"}, top1 - drop)
+    cfg = FitConfig(seed=0, max_epochs=40, patience=10, hidden=32, layers=2)
+    fit = fit_predictor(data, cfg)
+    report, targets = fit.report, fit.report.targets
+    assert set(targets) == {"int8", "drop"} and report.dtype == "int8"
+    assert report.target == min(targets, key=lambda t: targets[t]["stop_rmse"])
+    assert fit.predictor.metrics["targets"] == targets and "INT8 top-1 fitted on" in report.summary()
+
+    drop_fit = fit_predictor(data, FitConfig(**{**cfg.__dict__, "target": "drop"}))
+    assert drop_fit.report.target == "drop" and drop_fit.predictor.base is not None
+    path = drop_fit.predictor.save(tmp_path / "p.pt")
+    again = AccuracyPredictor.load(path)  # the float32 base travels in the same file
+    assert again.dtype == "int8" and np.allclose(again.predict_batch(rows), drop_fit.predictor.predict_batch(rows))
+    direct = fit_predictor(data, FitConfig(**{**cfg.__dict__, "target": "int8"}))
+    assert direct.predictor.base is None and set(direct.report.targets) == {"int8"}
+
+    with pytest.raises(OFAError, match=r"^target / --target drop: the data is float32"):
+        fit_predictor(AccuracyData(space, rows, top1, None, {}), FitConfig(target="drop"))
+    with pytest.raises(OFAError, match=r"^target / --target: unknown target 'fp32'"):
+        FitConfig(target="fp32")
+
+
+@pytest.mark.parametrize(
+    ("table_dtype", "predictor_dtype", "search_dtype", "says"),
+    [
+        ("int8", "float32", "float32", r"table\.yaml: latency table measured in int8, but the search is in float32"),
+        (None, "int8", "int8", r"table\.yaml: latency table measured in float32, but the search is in int8"),
+        ("int8", "float32", "int8", r"p\.pt: accuracy predictor of top-1 in float32, but the search is in int8"),
+    ],
+)
+def test_search_refuses_the_other_dtype_in_one_line(table_dtype, predictor_dtype, search_dtype, says, tmp_path):
+    space = small_space()
+    table = LatencyTable.load(synthetic_table(space, tmp_path / "table.yaml", table_dtype))
+    predictor = AccuracyPredictor.load(AccuracyPredictor(space, 8, 1, dtype=predictor_dtype).save(tmp_path / "p.pt"))
+    with pytest.raises(OFAError, match=says) as info:
+        search_device(space, predictor, table, SearchConfig((5.0,), dtype=search_dtype))
+    assert "\n" not in str(info.value) and "(dtype / --dtype)" in str(info.value)
+    with pytest.raises(OFAError, match=r"^dtype / --dtype: unknown dtype 'bf16'"):
+        SearchConfig((5.0,), dtype="bf16")
+
+
+def test_search_cli_bad_dtype_is_one_line(supernet, tmp_path, capsys):
+    space = small_space()
+    lut = synthetic_table(space, tmp_path / "table.yaml", "int8")
+    predictor = AccuracyPredictor(space, 8, 1).save(tmp_path / "p.pt")
+    argv = ["search", "--supernet", str(supernet), "--predictor", str(predictor), "--lut", str(lut)]
+    for extra, says in ((["--dtype", "fp16"], "invalid choice: 'fp16'"), ([], "measured in int8")):
+        with pytest.raises(SystemExit) if extra else nullcontext():
+            assert main([*argv, "--latency-ms", "5", *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+
+
+def test_pipeline_runs_in_int8_end_to_end(tmp_path, monkeypatch):
+    space = SearchSpace.from_dict(read_yaml(TINY_RECIPE)["space"])
+    table = tmp_path / "int8.yaml"
+    one = dict(dtype="int8", resolutions=(8,), calibrate=0, protocol=FAST, max_noise_pct=1e6, progress=False)
+    build_table(space, TableBuildConfig(table, **one))  # one resolution: the pipeline searches only it
+    out = tmp_path / "run"
+    known_call_ms(monkeypatch, 0.25)  # every timed call from here reads 0.25 ms
+    short = ("phases.full.epochs=1",)  # what is trained does not matter here, only that every stage runs in INT8
+    run = PipelineConfig(
+        TINY_RECIPE, out, short, subnets=10, calib_batches=1, lut=table, dtype="int8", targets_ms=(1e3,)
+    )
+    result = Pipeline(run, log=lambda _: None).run()
+    header, recs = read_accuracy(out / "acc.jsonl")
+    assert header["dtype"] == "int8" and len(recs) == 10 and all("top1_int8" in r for r in recs)
+    assert AccuracyPredictor.load(out / "predictor.pt").dtype == "int8"
+    assert read_json(out / "search" / "search.json", "search")["dtype"] == "int8"
+    (row,) = result.rows
+    exported = json.loads(Path(row["onnx"]).with_suffix(".export.json").read_text())
+    assert exported["table_dtype"] == "int8" and exported["top1_int8"] is not None
+    assert row["measured_ms"] == exported["latency_int8"]["mean_ms"] == 0.25  # the INT8 model's, beside its prediction
+    assert row["predicted_ms"] == exported["predicted_latency_ms"] <= 1e3
+    assert "INT8 predicted by table" in Path(row["onnx"]).with_suffix(".md").read_text()
+
+
+def test_export_puts_an_int8_tables_prediction_beside_the_measured_int8_latency(
+    supernet, tmp_path, monkeypatch, capsys
+):
+    from dataclasses import replace
+
+    from ofa.export import export as export_module
+
+    real = export_module.measure_latencies
+
+    def int8_slower(models, *args):  # the two models read apart, so it shows which one the table is put beside
+        measured = real(models, *args)
+        return {**measured, "int8": replace(measured["int8"], mean_ms=2 * measured["fp32"].mean_ms)}
+
+    known_call_ms(monkeypatch, 0.25)
+    monkeypatch.setattr(export_module, "measure_latencies", int8_slower)
+    space = small_space()
+    lut = synthetic_table(space, tmp_path / "int8.yaml", "int8")
+    arch = space.min_arch(8).with_extra({"target_ms": 0.4}).save(tmp_path / "arch.json")
+    argv = ["export", "--supernet", str(supernet), "--arch", str(arch), "--lut", str(lut), "--calib-batches", "1"]
+    assert main([*argv, "--out", str(tmp_path / "fp32.onnx")]) == 2
+    err = [x for x in capsys.readouterr().err.strip().splitlines() if not x.startswith("note:")]  # hand-written arch
+    assert len(err) == 1 and "an INT8 latency table predicts the INT8 model's latency: add --int8" in err[0]
+
+    assert main([*argv, "--int8", "--out", str(tmp_path / "m.onnx")]) == 0
+    predicted = LatencyTable.load(lut).predict(space.min_arch(8))
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  latency ("))
+    assert line.endswith(
+        f"int8 0.5 ± 0 ms; INT8 table predicts {predicted:.3g} ms ({100 * (0.5 / predicted - 1):+.1f}%)"
+    )
+    result = json.loads((tmp_path / "m.export.json").read_text())
+    assert result["table_dtype"] == "int8" and result["predicted_latency_ms"] == pytest.approx(predicted)
+    assert result["budget"]["measured_ms"] == result["latency_int8"]["mean_ms"] == 0.5  # judged on the INT8 model
+    assert "--dtype int8" in result["budget"]["advice"]  # over budget: rebuild the INT8 table here
+    assert "| latency, INT8 predicted by table |" in (tmp_path / "m.md").read_text()
