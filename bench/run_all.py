@@ -18,7 +18,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from bench.ps_rules import ladder_text
 from bench.search_quality_report import markdown as search_quality_markdown
 from ofa.lut.pack_readme import TOOLS
 from ofa.utils.io import write_json, write_text
+from ofa.utils.machine import cpu_name
 
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -416,13 +416,7 @@ BENCHMARKS: dict[str, Benchmark] = {
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        names = re.findall(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
-        cpu = names[0].strip() if names else cpu
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return f"{cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def run_one(name: str, quick: bool) -> dict:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -38,6 +37,7 @@ import onnxruntime as ort
 from bench.common import ROOT
 from ofa.families.registry import family_of
 from ofa.runtime.convert import export_onnx
+from ofa.utils.machine import cpu_name
 from search.latency import LatencyTable
 
 
@@ -185,14 +185,6 @@ def mape(rows: list[dict]) -> float | None:
     return round(100 * float(np.mean(errors)), 2) if errors else None
 
 
-def this_cpu() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -236,7 +228,7 @@ def main() -> int:
             f"subnets_{r}px_within_10pct": share_within([x for x in subnets if x["group"] == f"{r}px"])
             for r in args.resolutions
         },
-        "table_measured_on_this_cpu": table_cpu == this_cpu(),
+        "table_measured_on_this_cpu": table_cpu == cpu_name(),
         "loop": f"{args.warmup} warm-up + {args.calls} timed session.run calls, median, perf_counter",
     }
     if args.json:

@@ -99,8 +99,9 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
     doc = f"intro\n{ps_ablation.SCHEDULES_BEGIN}\nold\n{ps_ablation.SCHEDULES_END}\noutro\n"
     (tmp_path / "page.md").write_text(doc)
     cache = tmp_path / "cache"
-    argv = ["--recipe", str(TINY_RECIPE), "--set", "data.synthetic.train_size=64", "--set", "checkpoint.every_steps=0"]
-    argv += ["--set", "phases.depth.epochs=7", "--set", "phases.depth.subnets_per_step=4"]  # 8 epochs, 30 passes
+    sets = ["data.synthetic.train_size=64", "checkpoint.every_steps=0"]
+    sets += ["phases.depth.epochs=7", "phases.depth.subnets_per_step=4"]  # 8 epochs, 30 passes
+    argv = ["--recipe", str(TINY_RECIPE), *(f for s in sets for f in ("--set", s))]
     argv += ["--full-doublings", "0", "--cache", str(cache), "--json"]
     assert ps_ablation.main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -123,6 +124,14 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
     assert page.startswith("intro\n") and page.endswith("outro\n") and "\nold\n" not in page
     row = next(line for line in page.splitlines() if line.startswith("| one_phase |"))
     assert f"{one['mean_val']:.2f}" in row and "twins pending" in row
+    # A fresh clone has the records but not the weights: the full network is retrained, to the same numbers.
+    cfg = ps_vs_scratch.BenchConfig(recipe=str(TINY_RECIPE), overrides=tuple(sets), cache=cache)
+    ablation = ps_ablation.Ablation(cfg, 0)
+    folder = cache / f"ps-{ablation.full_key(0, ablation.full_epochs)}"
+    (folder / "supernet.pt").unlink()
+    assert ablation.full_supernet(0) == folder / "rebuilt" / "supernet.pt"
+    rebuilt = json.loads((folder / "rebuilt.json").read_text())
+    assert rebuilt["rebuilt"] == rebuilt["recorded"] and rebuilt["recorded"]["val_top1"]["largest"] is not None
 
 
 def test_sides_run_apart_fill_the_cache_of_the_full_report(tmp_path, capsys):

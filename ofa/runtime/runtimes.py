@@ -8,7 +8,6 @@ their onnxruntime session through `open_session`, so an unreadable model is one 
 from __future__ import annotations
 
 import json
-import platform
 import tempfile
 import time
 from abc import ABC, abstractmethod
@@ -23,6 +22,7 @@ from torch import nn
 
 from ofa.runtime import formats
 from ofa.utils.errors import OFAError
+from ofa.utils.machine import cpu_name
 from search.latency import check_known_dtype
 
 BACKENDS = ("ort-cpu", "torch-cpu", "ort-cuda", "torch-cuda", "openvino-cpu", "executorch-xnnpack")
@@ -65,14 +65,7 @@ def runtime_info(backend: str) -> dict[str, str]:
         runtime, version = formats.RUNTIME[fmt], formats.runtime_version(fmt)
     else:
         runtime, version = "torch", str(torch.__version__)
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    info = {"runtime": runtime, "runtime_version": version, "cpu": cpu}
+    info = {"runtime": runtime, "runtime_version": version, "cpu": cpu_name()}
     if backend.endswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
