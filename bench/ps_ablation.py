@@ -126,7 +126,7 @@ class Ablation:
         if not (folder / "rebuilt.json").is_file():
             record = self.full_record(seed, self.full_epochs) or {}
             again = ps_runs.evaluate_supernet(path, recipe, self.largest, self.bench.data)
-            recorded = {s: record.get(f"{s}_top1") for s in ps_runs.SPLITS}
+            recorded = {f"{s}_top1": record.get(f"{s}_top1") for s in ps_runs.SPLITS}
             write_json(folder / "rebuilt.json", {"cpu": cpu_name(), "recorded": recorded, "rebuilt": again})
             print(f"rebuilt {folder.name} on {cpu_name()}: {again} (recorded: {recorded})", flush=True)
         return path

@@ -75,4 +75,7 @@ def test_one_step_of_each_phase_trains_its_subnets(name, tmp_path):
             optimizer.zero_grad()
             F.cross_entropy(net(x), y).backward()
             assert torch.isfinite(net.head.fc.weight.grad).all() and net.head.fc.weight.grad.abs().sum() > 0
+            # Batch norm over two images at ImageNet's 1x1 last maps has gradients near 1e10: unclipped, one
+            # step saturates the next subnet's loss to 0 on some CPUs' rounding.
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             optimizer.step()
