@@ -362,7 +362,7 @@ def test_strict_noise_limit_stops_in_one_line_and_keeps_what_was_measured(tmp_pa
     fresh, space_file = tmp_path / "fresh.yaml", tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump({"space": space.to_dict()}))
     argv = ["lut", "build", "--space", str(space_file), "--out", str(fresh), "--repeats", "2", "--calls", "2",
-            "--calibrate", "3", "--time-budget", "0", "--quiet"]  # fmt: skip
+            "--calibrate", "3", "--time-budget", "0", "--block-ms", "1", "--quiet"]  # fmt: skip
     assert main([*argv, "--max-noise", "5"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "too noisy to measure at 8 px" in err and not fresh.exists()
@@ -373,7 +373,7 @@ def test_noisy_build_warns_writes_and_remeasures_only_the_noisy_resolutions(tmp_
     out, space_file = tmp_path / "t.yaml", tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump({"space": space.to_dict()}))
     argv = ["lut", "build", "--space", str(space_file), "--out", str(out), "--repeats", "2", "--calls", "2",
-            "--calibrate", "3", "--time-budget", "0", "--quiet"]  # fmt: skip
+            "--calibrate", "3", "--time-budget", "0", "--block-ms", "1", "--quiet"]  # fmt: skip
     monkeypatch.setattr(lut_build, "time_models", noisy_after(1, timings))  # 8 px quiet, 12 px noisy
     assert main(argv) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
@@ -576,6 +576,8 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
                 "1e6",
                 "--time-budget",
                 "0",
+                "--block-ms",
+                "2",
                 "--quiet",
             ]
         )
@@ -587,6 +589,7 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     assert meta["protocol"]["blocks"] == 4 and meta["protocol"]["calls"] == 3
     assert set(meta["noise"]["per_resolution"]) == {8, 12} and "95% confidence" in meta["noise"]["criterion"]
     assert meta["protocol"]["estimator"] == "quantile" and meta["protocol"]["budget_s"] == 0
+    assert meta["protocol"]["block_ms"] == 2
     capsys.readouterr()
     # subnets are loaded and timed in blocks (here of at most 5 models, the probes in each resolution's first),
     # at known latencies: 8 px subnets at their prediction, 12 px ones at twice it, each 2% slower when timed

@@ -51,7 +51,7 @@ def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys, monkeypatch):
                     "test_fraction": 0.5,
                     "val_fraction": 0.3,
                 },
-                "phases": [{"name": "finetune", "epochs": 3, "lr": 0.02}],
+                "phases": [{"name": "finetune", "epochs": 1, "lr": 0.02}],
                 "eval": {"calib_batches": 1, "subnets": "minmax"},
             }
         )

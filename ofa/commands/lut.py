@@ -53,6 +53,10 @@ class BuildProtocol:
     # the standalone estimator's options, as ``ofa lut check`` has them
     target_pct: float | None = field(default=None, metadata=field_of(CheckConfig, "target_pct").metadata)
     budget_s: float | None = field(default=None, metadata=field_of(CheckConfig, "budget_s").metadata)
+    block_ms: float | None = field(
+        default=None,
+        metadata={"help": f"standalone: least milliseconds of calls per block (default {Standalone.block_ms:g})"},
+    )
 
     def build(self) -> Protocol:
         """The named protocol with the changes (the other fields are `with_overrides`'s keywords)."""

@@ -339,13 +339,15 @@ def with_overrides(
     clock: str | None = None,
     target_pct: float | None = None,
     budget_s: float | None = None,
+    block_ms: float | None = None,
 ) -> Protocol:
     """``protocol`` with what a command line asks for (None: keep): repeats are blocks or rounds;
-    ``target_pct`` and ``budget_s`` are the standalone estimator's (an error for the interleaved protocol)."""
+    ``target_pct``, ``budget_s`` and ``block_ms`` are the standalone estimator's (an error for the interleaved
+    protocol)."""
     changes: dict[str, Any] = {
         k: v for k, v in (("warmup", warmup), ("calls", calls), ("clock", clock)) if v is not None
     }
-    for name, value in (("target_pct", target_pct), ("budget_s", budget_s)):
+    for name, value in (("target_pct", target_pct), ("budget_s", budget_s), ("block_ms", block_ms)):
         if value is not None:
             if not isinstance(protocol, Standalone):
                 raise OFAError(f"protocol.{name}: the {protocol.kind} protocol has no such setting")

@@ -11,6 +11,7 @@ are all the state there is, so a checkpoint resumes bit for bit.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -32,6 +33,10 @@ from ofa.train.recipe import Recipe, load_recipe
 from ofa.train.resume import check_resume, check_same_space, prepare_run_folder
 from ofa.train.sampling import eval_subnets
 from ofa.train.session import SessionConfig, TrainingSession
+
+# While training, the curves' PNG is redrawn at a phase's end at most this often (a draw is ~0.5 s, more than
+# a small run's phase); the finished run always draws it.
+PLOT_EVERY_S = 60.0
 
 
 def train(recipe: Recipe, out_dir: str | Path, resume: bool = False) -> Path:
@@ -73,6 +78,7 @@ class Trainer:
         self.ps = ProgressiveStep(recipe, self.net, self.session)
         broadcast_state(self.net, env)
         self.report = PSReport(recipe, self.session)
+        self.plotted_at = time.monotonic()
         self.meta = {
             **self.session.meta,
             "seed": recipe.seed,
@@ -147,7 +153,8 @@ class Trainer:
             self.report.evaluation(p, epoch, global_epoch, results)
         if last:
             self.report.phase_end(p, noise)
-            self.plot()
+            if time.monotonic() - self.plotted_at >= PLOT_EVERY_S:
+                self.plot()
         s.tick()  # evaluation time counts in the run's elapsed time, not in the next epoch's
         s.next_epoch(phase_done=last)
         self.save_checkpoint()
@@ -211,3 +218,4 @@ class Trainer:
         if self.env.is_main:
             out = self.session.out
             plot_training_curves(out / "metrics.jsonl", out / "training_curves.png")
+        self.plotted_at = time.monotonic()
