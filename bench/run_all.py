@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import DATA, ROOT, last_json
+from bench.int8_search_report import render as int8_search_render
 from bench.ps_rules import ladder_text
 from bench.search_quality_report import markdown as search_quality_markdown
 from ofa.lut.pack_readme import TOOLS
@@ -392,6 +393,21 @@ BENCHMARKS: dict[str, Benchmark] = {
         {"all_within": "every found subnet within the bar", "regret_max": "worst regret", "causes": "causes"},
         on_request=True,
     ),
+    "int8_search": Benchmark(
+        ["-m", "bench.int8_search", "--json"],
+        "Fashion-MNIST (recipes/fashion_mnist.yaml's supernet): the subnet a float32 search picks (float32 ONNX "
+        "Runtime table and predictor), then quantized, against the INT8 search's pick (INT8 table and predictor), "
+        "for 3 budgets (25/50/75% of the INT8 table's range): both exported as `ofa export --int8` ships them, "
+        "INT8 top-1 on the same test images (paired difference ± SE), INT8 latency timed whole; the INT8 table's "
+        "`lut check` (target: >= 90% within ±10%, Spearman >= 0.95) and the predictors' held-out fits (300 subnets)",
+        [
+            *("-m", "bench.int8_search", "--recipe", "digits", "--subnets", "10", "--check", "3"),
+            *(f"--set=phases.{p}.epochs=1" for p in ("full", "kernel", "depth_1", "depth_2", "expand_1", "expand_2")),
+            *(f"--set=phases.{p}.warmup_epochs=0" for p in ("kernel", "depth_2", "expand_2")),
+            *("--cache", "runs/bench/int8_search_quick", "--runs", "runs/bench/int8_search_quick/ps_runs", "--json"),
+        ],
+        on_request=True,
+    ),
     "critical_batch": critical_batch_bench(
         "recipes/digits.yaml",
         ["--lr-factors", "0.25", "0.5", "1", "2", "4"],
@@ -541,6 +557,8 @@ def render(runs: list[dict]) -> str:
             lines += _ps_table(run["result"])
         elif "learning_curve" in run["result"]:  # the search-quality report
             lines += search_quality_markdown(run["result"])
+        elif "int8_table_check" in run["result"]:
+            lines += int8_search_render(run["result"]).splitlines()
         elif "ps_seconds" in run["result"]:  # its form before issue 31
             lines += _ps_table_before_31(run["result"])
         elif run["result"]:

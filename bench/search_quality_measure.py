@@ -154,19 +154,23 @@ class Measurer:
 
 
 # ------------------------------------------------------------------------------ latency
-def latency_table(space: Space, recipe: Recipe, cache: Path, given: Path | None) -> tuple[Path, LatencyTable]:
+def latency_table(
+    space: Space, recipe: Recipe, cache: Path, given: Path | None, dtype: str = "float32"
+) -> tuple[Path, LatencyTable]:
     """The given table, else the one `ofa pipeline` would build on this machine for ``space`` (its backend,
-    protocol and noise settings), built once and kept in ``cache`` under the space and this CPU."""
+    protocol and noise settings) in ``dtype``, built once and kept in ``cache`` under the space and this CPU."""
     if given is not None:
         return given, LatencyTable.load(given).for_space(space)
     cpu = hashlib.sha256(str(runtime_info("ort-cpu")["cpu"]).encode()).hexdigest()[:8]
-    path = cache / f"table-{space.fingerprint()}-ort-cpu-{cpu}.yaml"
+    suffix = "" if dtype == "float32" else f"-{dtype}"  # float32 tables keep the names they always had
+    path = cache / f"table-{space.fingerprint()}-ort-cpu-{cpu}{suffix}.yaml"
     if not path.is_file() or read_yaml(path, "latency table")["meta"].get("complete") is False:
         cfg = TableBuildConfig(
             out=path,
+            dtype=dtype,
             protocol=Standalone(budget_s=recipe.pipeline.lut_budget_s),
             max_noise_pct=recipe.pipeline.max_noise_pct,
-            command="python -m bench.search_quality",
+            command=f"python -m {'bench.search_quality' if dtype == 'float32' else 'bench.int8_search'}",
         )
         build_table(space, cfg)
     return path, LatencyTable.load(path).for_space(space)

@@ -221,3 +221,33 @@ def test_export_puts_an_int8_tables_prediction_beside_the_measured_int8_latency(
     assert result["budget"]["measured_ms"] == result["latency_int8"]["mean_ms"] == 0.5  # judged on the INT8 model
     assert "--dtype int8" in result["budget"]["advice"]  # over budget: rebuild the INT8 table here
     assert "| latency, INT8 predicted by table |" in (tmp_path / "m.md").read_text()
+
+
+def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_path, monkeypatch, capsys):
+    """`bench.int8_search` on the tiny recipe: both searches' picks exported in INT8, scored paired on the
+    test split, timed whole; the INT8 table judged by `lut check`."""
+    from bench import int8_search, search_quality_measure
+
+    fast = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+    monkeypatch.setattr(search_quality_measure, "Standalone", lambda budget_s: fast)  # quick tables
+    argv = ["--recipe", str(TINY_RECIPE), "--set", "checkpoint.every_steps=0", "--set", "space.resolutions=[8]"]
+    argv += ["--subnets", "10"]
+    argv += ["--calib-batches", "1", "--check", "3", "--fractions", "0.3", "0.8", "--cache", str(tmp_path / "c")]
+    argv += ["--runs", str(tmp_path / "runs")]
+    assert int8_search.main([*argv, "--json"]) == 0
+    *text, last = capsys.readouterr().out.strip().splitlines()
+    report = json.loads(last)
+    assert sum(line.startswith("| ") and line[2].isdigit() for line in text) == 2  # one row per budget
+    assert any(line.startswith("INT8 table check: ") for line in text)
+    tables = {d: read_yaml(Path(p)) for d, p in report["tables"].items()}
+    assert {d: t["meta"]["dtype"] for d, t in tables.items()} == {"float32": "float32", "int8": "int8"}
+    assert len(report["budgets"]) == 2 and report["predictors"]["subnets"] == 10
+    assert report["predictors"]["int8_target"] in ("int8", "drop")
+    for row in report["budgets"]:
+        f, q = row["float32"], row["int8"]
+        assert f["test_images"] == q["test_images"] == 64  # the tiny recipe's test split, both on the same images
+        assert row["delta_top1"] == pytest.approx(q["top1_int8"] - f["top1_int8"], abs=1e-9)
+        assert row["same_subnet"] == (f["arch"] == q["arch"]) and row["delta_se"] >= 0
+        assert q["predicted_int8_ms"] <= row["budget_ms"] and q["measured_int8_ms"] > 0
+    check = report["int8_table_check"]
+    assert check["all"]["n"] == 3 * len(tables["int8"]["meta"]["resolutions_done"])
