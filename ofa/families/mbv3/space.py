@@ -6,17 +6,14 @@ and the gene encoding (``ofa.families.mbv3.encoding``) all derive what they need
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
-
-from timm.layers import make_divisible
 
 from ofa.families.choices import fmt_choices, parse_int_tuple
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.layers import LayerSpec, mid_channels
+from ofa.families.mobile_space import MobileSpaceMixin
 from ofa.utils.errors import SpaceError
 
 ACTIVATIONS = ("relu", "hswish")
@@ -61,7 +58,7 @@ _SPACE_FIELDS = (
 
 
 @dataclass(frozen=True)
-class SearchSpace:
+class SearchSpace(MobileSpaceMixin):
     """Elastic MobileNetV3 space: fixed skeleton plus kernel/expand/depth/resolution choices.
 
     Widths are given at width multiplier 1 and rounded to multiples of 8 after scaling, as OFA does
@@ -134,21 +131,6 @@ class SearchSpace:
         except SpaceError as exc:
             raise SpaceError(f"{source}.{exc}") from None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "stages":
-                value = [{"width": s.width, "stride": s.stride, "se": s.se, "act": s.act} for s in value]
-            elif isinstance(value, tuple):
-                value = list(value)
-            out[f.name] = value
-        return out
-
-    def fingerprint(self) -> str:
-        """Short stable hash of the space; tables, predictors and checkpoints record it."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
-
     def _check(self) -> None:
         def fail(name: str, msg: str) -> None:
             raise SpaceError(f"{name}: {msg}")
@@ -186,37 +168,9 @@ class SearchSpace:
             fail("dropout", f"must be in [0, 1), got {self.dropout}")
 
     # ----------------------------------------------------------------- derived widths
-    def _scale(self, width: int) -> int:
-        return make_divisible(width * self.width_mult)
-
-    @property
-    def stem_channels(self) -> int:
-        return self._scale(self.stem_width)
-
-    @property
-    def first_channels(self) -> int:
-        return self._scale(self.first_width)
-
-    @property
-    def stage_channels(self) -> tuple[int, ...]:
-        return tuple(self._scale(s.width) for s in self.stages)
-
     @property
     def final_expand_channels(self) -> int:
         return self._scale(self.final_expand_width)
-
-    @property
-    def feature_channels(self) -> int:
-        """Scaled by every multiplier, below 1 too, as the official OFAMobileNetV3 does (640 at 0.5)."""
-        return self._scale(self.feature_width)
-
-    @property
-    def num_stages(self) -> int:
-        return len(self.stages)
-
-    @property
-    def max_depth(self) -> int:
-        return max(self.depths)
 
     @property
     def num_slots(self) -> int:

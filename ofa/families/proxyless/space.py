@@ -7,16 +7,13 @@ a 1x1 feature-mix conv + BN + ReLU6 before global pooling and the classifier. Re
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
-
-from timm.layers import make_divisible
 
 from ofa.families.choices import fmt_choices, parse_int_tuple
 from ofa.families.mbv3.layers import mid_channels
+from ofa.families.mobile_space import MobileSpaceMixin
 from ofa.families.proxyless.arch import FAMILY, ProxylessArch
 from ofa.families.proxyless.layers import LayerSpec
 from ofa.utils.errors import SpaceError
@@ -51,13 +48,15 @@ _SPACE_FIELDS = (
 
 
 @dataclass(frozen=True)
-class ProxylessSpace:
+class ProxylessSpace(MobileSpaceMixin):
     """Elastic ProxylessNAS space: fixed skeleton plus kernel/expand/depth/resolution choices.
 
     Widths are given at width multiplier 1 and rounded to multiples of 8 after scaling, as the
     official code does (the feature width included: 1664 at 1.3). Every stage but the last has an
     elastic depth; the last runs one block.
     """
+
+    RECORDED_FAMILY = FAMILY
 
     stages: tuple[StageSpec, ...] = PROXYLESS_STAGES
     kernels: tuple[int, ...] = (3, 5, 7)
@@ -108,21 +107,6 @@ class ProxylessSpace:
         except SpaceError as exc:
             raise SpaceError(f"{source}.{exc}") from None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"family": FAMILY}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "stages":
-                value = [{"width": s.width, "stride": s.stride} for s in value]
-            elif isinstance(value, tuple):
-                value = list(value)
-            out[f.name] = value
-        return out
-
-    def fingerprint(self) -> str:
-        """Short stable hash of the space; tables, predictors and checkpoints record it."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
-
     def _check(self) -> None:
         def fail(name: str, msg: str) -> None:
             raise SpaceError(f"{name}: {msg}")
@@ -159,33 +143,6 @@ class ProxylessSpace:
         return {name: getattr(self, name) for name in ELASTIC_DIMS}
 
     # ----------------------------------------------------------------- derived widths
-    def _scale(self, width: int) -> int:
-        return make_divisible(width * self.width_mult)
-
-    @property
-    def stem_channels(self) -> int:
-        return self._scale(self.stem_width)
-
-    @property
-    def first_channels(self) -> int:
-        return self._scale(self.first_width)
-
-    @property
-    def stage_channels(self) -> tuple[int, ...]:
-        return tuple(self._scale(s.width) for s in self.stages)
-
-    @property
-    def feature_channels(self) -> int:
-        return self._scale(self.feature_width)
-
-    @property
-    def num_stages(self) -> int:
-        return len(self.stages)
-
-    @property
-    def max_depth(self) -> int:
-        return max(self.depths)
-
     @property
     def num_slots(self) -> int:
         """Block slots: ``max_depth`` per stage but the last, which has one."""
