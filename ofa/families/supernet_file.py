@@ -7,7 +7,7 @@ Reading one needs no family: the registry reads the record, picks the family by 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ofa.utils.errors import OFAError
-from ofa.utils.io import load_torch, save_torch
+from ofa.utils.io import file_sha256, load_torch, save_torch
 from ofa.utils.weights import load_safetensors, save_safetensors
 
 SUPERNET_FORMAT = "ofa-supernet"
@@ -101,3 +101,35 @@ def read_record(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if not isinstance(obj.get("space"), dict) or not isinstance(state, dict):
         raise OFAError(f"{path}: checkpoint lacks its space or weights")
     return obj, state
+
+
+# How the official ImageNet models expect their input (official imagenet data provider).
+OFFICIAL_PREPROCESS = {
+    "mean": [0.485, 0.456, 0.406],
+    "std": [0.229, 0.224, 0.225],
+    "interpolation": "bilinear",
+    "crop_pct": 0.875,
+}
+
+
+def finish_import(
+    net: Net, path: str | Path, code: str, config: Any, fold: Callable[[Net, int], Net], rehead: Callable[..., Net]
+) -> Net:
+    """``net``, holding the official weights from ``path``, with what every import records in ``net.meta``
+    (the official preprocessing, where the weights came from, ``code``: the official class) and the transfer
+    surgery ``config`` (an import config) asks for: ``fold`` to its input channels, ``rehead`` to its classes.
+    Its BN statistics are the supernet's, so each subnet needs BN recalibration before it is deployed."""
+    net.meta = {
+        **OFFICIAL_PREPROCESS,
+        "imported_from": {
+            "file": Path(path).name,
+            "sha256": file_sha256(path),
+            "code": f"mit-han-lab/once-for-all {code}",
+        },
+        "bn_recalibration": "required: official subnets are evaluated with per-subnet BN statistics",
+    }
+    if config.in_channels is not None and config.in_channels != net.space.in_channels:
+        net = fold(net, config.in_channels)
+    if config.num_classes is not None:
+        net = rehead(net, config.num_classes, config.seed)
+    return net

@@ -30,9 +30,8 @@ from ofa.families.mbv3.official_shapes import (
 from ofa.families.mbv3.space import SearchSpace, StageSpec
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.mbv3.transfer import fold_input_channels, rehead
-from ofa.families.supernet_file import load_by_key_map, read_official_state
+from ofa.families.supernet_file import finish_import, load_by_key_map, read_official_state
 from ofa.utils.errors import OFAError
-from ofa.utils.io import file_sha256
 
 # The paper's OFA-MobileNetV3 skeleton: what shapes cannot tell.
 OFFICIAL_STAGES = 5
@@ -41,13 +40,6 @@ OFFICIAL_ACTS = ("relu", "relu", "hswish", "hswish", "hswish")
 PAPER_EXPANDS = (3, 4, 6)
 PAPER_DEPTHS = (2, 3, 4)
 PAPER_RESOLUTIONS = tuple(range(128, 225, 4))
-# How the official ImageNet models expect their input (official imagenet data provider).
-OFFICIAL_PREPROCESS = {
-    "mean": [0.485, 0.456, 0.406],
-    "std": [0.229, 0.224, 0.225],
-    "interpolation": "bilinear",
-    "crop_pct": 0.875,
-}
 
 _BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 # Elastic block (blocks.N, N >= 1): official canonical suffix → ours.
@@ -218,17 +210,4 @@ def import_official(path: str | Path, config: ImportConfig | None = None) -> OFA
     state = read_official(path)
     space = infer_space(state, source, config.expands, config.depths)
     net = load_official_weights(OFAMobileNetV3(space), state, source)
-    net.meta = {
-        **OFFICIAL_PREPROCESS,
-        "imported_from": {
-            "file": Path(path).name,
-            "sha256": file_sha256(path),
-            "code": "mit-han-lab/once-for-all OFAMobileNetV3",
-        },
-        "bn_recalibration": "required: official subnets are evaluated with per-subnet BN statistics",
-    }
-    if config.in_channels is not None and config.in_channels != space.in_channels:
-        net = fold_input_channels(net, config.in_channels)
-    if config.num_classes is not None:
-        net = rehead(net, config.num_classes, config.seed)
-    return net
+    return finish_import(net, path, "OFAMobileNetV3", config, fold_input_channels, rehead)

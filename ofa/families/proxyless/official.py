@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ofa.families.mbv3.official import OFFICIAL_PREPROCESS, PAPER_DEPTHS, PAPER_EXPANDS
+from ofa.families.mbv3.official import PAPER_DEPTHS, PAPER_EXPANDS
 from ofa.families.mbv3.official_shapes import (
     ImportConfig,
     canonical_key,
@@ -30,9 +30,8 @@ from ofa.families.mbv3.official_shapes import (
 from ofa.families.mbv3.transfer import fold_input_channels, rehead
 from ofa.families.proxyless.space import PAPER_RESOLUTIONS, ProxylessSpace, StageSpec
 from ofa.families.proxyless.supernet import OFAProxylessNAS
-from ofa.families.supernet_file import load_by_key_map, read_official_state
+from ofa.families.supernet_file import finish_import, load_by_key_map, read_official_state
 from ofa.utils.errors import OFAError
-from ofa.utils.io import file_sha256
 
 # The official skeleton: what shapes cannot tell.
 OFFICIAL_STRIDES = (2, 2, 2, 1, 2, 1)
@@ -165,17 +164,4 @@ def import_official(path: str | Path, config: ImportConfig | None = None) -> OFA
     state = read_official(path)
     space = infer_space(state, source, config.expands, config.depths)
     net = load_official_weights(OFAProxylessNAS(space), state, source)
-    net.meta = {
-        **OFFICIAL_PREPROCESS,
-        "imported_from": {
-            "file": Path(path).name,
-            "sha256": file_sha256(path),
-            "code": "mit-han-lab/once-for-all OFAProxylessNASNets",
-        },
-        "bn_recalibration": "required: official subnets are evaluated with per-subnet BN statistics",
-    }
-    if config.in_channels is not None and config.in_channels != space.in_channels:
-        net = fold_input_channels(net, config.in_channels)
-    if config.num_classes is not None:
-        net = rehead(net, config.num_classes, config.seed)
-    return net
+    return finish_import(net, path, "OFAProxylessNASNets", config, fold_input_channels, rehead)

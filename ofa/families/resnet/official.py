@@ -21,18 +21,11 @@ from ofa.families.resnet.layers import mid_channels
 from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.supernet import OFAResNet
 from ofa.families.resnet.transfer import fold_input_channels, rehead
-from ofa.families.supernet_file import load_by_key_map, read_official_state
+from ofa.families.supernet_file import finish_import, load_by_key_map, read_official_state
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
-from ofa.utils.io import file_sha256
 
 PUBLISHED = ResNetSpace.ofa_resnet50()  # base depths, stage widths, strides and choice lists of the release
-OFFICIAL_PREPROCESS = {
-    "mean": [0.485, 0.456, 0.406],
-    "std": [0.229, 0.224, 0.225],
-    "interpolation": "bilinear",
-    "crop_pct": 0.875,
-}
 _BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
 _LANDMARKS = ("input_stem.0.conv.weight", "input_stem.2.conv.weight", "classifier.linear.weight")
@@ -203,17 +196,4 @@ def import_official(path: str | Path, config: ImportConfig = ImportConfig()) -> 
     source = str(path)
     state = read_official(path)
     net = load_official_weights(OFAResNet(infer_space(state, source, config)), state, source)
-    net.meta = {
-        **OFFICIAL_PREPROCESS,
-        "imported_from": {
-            "file": Path(path).name,
-            "sha256": file_sha256(path),
-            "code": "mit-han-lab/once-for-all OFAResNets",
-        },
-        "bn_recalibration": "required: official subnets are evaluated with per-subnet BN statistics",
-    }
-    if config.in_channels is not None and config.in_channels != net.space.in_channels:
-        net = fold_input_channels(net, config.in_channels)
-    if config.num_classes is not None:
-        net = rehead(net, config.num_classes, config.seed)
-    return net
+    return finish_import(net, path, "OFAResNets", config, fold_input_channels, rehead)
