@@ -35,6 +35,19 @@ def frozen_ints(values: Sequence[int]) -> np.ndarray:
     return out
 
 
+def gene_columns(
+    groups: Mapping[str, Sequence[tuple[int, ...]]], order: Sequence[str]
+) -> tuple[dict[str, slice], tuple[tuple[int, ...], ...], np.ndarray]:
+    """The genes of ``groups`` (group -> each gene's choices) laid out group after group in ``order``: each
+    group's columns, every gene's choices and their counts, the first fields of a layout after its space."""
+    slices: dict[str, slice] = {}
+    choices: list[tuple[int, ...]] = []
+    for name in order:
+        slices[name] = slice(len(choices), len(choices) + len(groups[name]))
+        choices += groups[name]
+    return slices, tuple(choices), frozen_ints([len(c) for c in choices])
+
+
 @dataclass(frozen=True, eq=False)
 class GeneLayoutBase(ABC):
     """Columns of one space's gene rows. A family's layout adds ``encode``/``decode``, ``active``,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints
+from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints, gene_columns
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.space import SearchSpace
 from ofa.utils.errors import OFAError
@@ -47,15 +47,9 @@ class GeneLayout(GeneLayoutBase):
             "kernels": [space.kernels] * space.num_slots,
             "expands": [space.expands] * space.num_slots,
         }
-        slices, choices = {}, []
-        for name in GENE_ORDER:
-            slices[name] = slice(len(choices), len(choices) + len(groups[name]))
-            choices += groups[name]
         return cls(
             space,
-            slices,
-            tuple(choices),
-            frozen_ints([len(c) for c in choices]),
+            *gene_columns(groups, GENE_ORDER),
             frozen_ints(space.depths),
             frozen_ints(np.repeat(np.arange(space.num_stages), space.max_depth)),
             frozen_ints(np.tile(np.arange(space.max_depth), space.num_stages)),

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints
+from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints, gene_columns
 from ofa.families.mbv3.encoding import SlotFeatures
 from ofa.families.proxyless.arch import ProxylessArch
 from ofa.families.proxyless.space import ProxylessSpace
@@ -46,16 +46,10 @@ class GeneLayout(GeneLayoutBase):
             "kernels": [space.kernels] * space.num_slots,
             "expands": [space.expands] * space.num_slots,
         }
-        slices, choices = {}, []
-        for name in GENE_ORDER:
-            slices[name] = slice(len(choices), len(choices) + len(groups[name]))
-            choices += groups[name]
         slots = [(s, j) for s in range(space.num_stages) for j in range(space.stage_slots(s))]
         return cls(
             space,
-            slices,
-            tuple(choices),
-            frozen_ints([len(c) for c in choices]),
+            *gene_columns(groups, GENE_ORDER),
             frozen_ints(space.depths),
             frozen_ints([s for s, _ in slots]),
             frozen_ints([j for _, j in slots]),

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints
+from ofa.families.genes import CostTerm, GeneLayoutBase, frozen_ints, gene_columns
 from ofa.families.resnet.arch import ResNetArch
 from ofa.families.resnet.layers import LayerSpec
 from ofa.families.resnet.space import ResNetSpace
@@ -46,16 +46,10 @@ class GeneLayout(GeneLayoutBase):
             "expands": [space.expands] * space.num_slots,
             "widths": [tuple(range(len(space.widths)))] * space.num_widths,
         }
-        slices, choices = {}, []
-        for name in GENE_ORDER:
-            slices[name] = slice(len(choices), len(choices) + len(groups[name]))
-            choices += groups[name]
         stages = range(space.num_stages)
         return cls(
             space,
-            slices,
-            tuple(choices),
-            frozen_ints([len(c) for c in choices]),
+            *gene_columns(groups, GENE_ORDER),
             frozen_ints([s for s in stages for _ in range(space.stage_slots(s))]),
             frozen_ints([j for s in stages for j in range(space.stage_slots(s))]),
         )
