@@ -229,7 +229,9 @@ def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_
     from bench import int8_search, search_quality_measure
 
     fast = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
-    monkeypatch.setattr(search_quality_measure, "Standalone", lambda budget_s: fast)  # quick tables
+    monkeypatch.setattr(search_quality_measure, "Standalone", lambda budget_s: fast)  # quick tables,
+    quick = search_quality_measure.TableBuildConfig
+    monkeypatch.setattr(search_quality_measure, "TableBuildConfig", lambda **k: quick(**k, calibrate=3))  # 3 subnets
     argv = ["--recipe", str(TINY_RECIPE), "--set", "checkpoint.every_steps=0", "--set", "space.resolutions=[8]"]
     argv += ["--subnets", "10"]
     argv += ["--calib-batches", "1", "--check", "3", "--fractions", "0.3", "0.8", "--cache", str(tmp_path / "c")]
