@@ -36,14 +36,14 @@ import numpy as np
 from bench import ps_vs_scratch as ps
 from bench.common import ROOT
 from bench.int8_search_report import render
-from bench.search_quality_measure import PS_RUNS, latency_table, supernet_path
+from bench.search_quality_measure import PS_RUNS, arch_key, latency_table, supernet_path
 from ofa.data.datasets import DataBundle, data_from_meta
 from ofa.data.loaders import make_loader
 from ofa.export.export import ExportConfig, export_subnet
 from ofa.export.int8_accuracy import int8_top1
 from ofa.export.verify import resized_batches
 from ofa.families.family import Arch, Supernet
-from ofa.families.registry import load_supernet
+from ofa.families.registry import layout_of, load_supernet
 from ofa.lut.check import CheckConfig, check_table
 from ofa.runtime.runtimes import OrtModel
 from ofa.train import load_recipe
@@ -173,7 +173,8 @@ def paired(base: np.ndarray, other: np.ndarray) -> dict[str, float]:
 
 def budget_row(s: Setup, budget: float, archs: dict[str, Arch], seed: int) -> dict[str, Any]:
     """Both picks under one budget, shipped and compared (paired); one export when both picked the same subnet."""
-    same = archs["float32"] == archs["int8"]
+    layout = layout_of(s.net.space)
+    same = arch_key(layout, archs["float32"]) == arch_key(layout, archs["int8"])  # unused slots do not count
     shipped = {d: ship(s, a, f"{d}_{budget:g}ms", seed) for d, a in archs.items() if not (same and d == "int8")}
     if same:
         shipped["int8"] = shipped["float32"]

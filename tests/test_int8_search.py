@@ -249,7 +249,7 @@ def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_
         f, q = row["float32"], row["int8"]
         assert f["test_images"] == q["test_images"] == 64  # the tiny recipe's test split, both on the same images
         assert row["delta_top1"] == pytest.approx(q["top1_int8"] - f["top1_int8"], abs=1e-9)
-        assert row["same_subnet"] == (f["arch"] == q["arch"]) and row["delta_se"] >= 0
+        assert row["delta_se"] >= 0 and (not row["same_subnet"] or (f == q and row["delta_top1"] == 0))
         assert q["predicted_int8_ms"] <= row["budget_ms"] and q["measured_int8_ms"] > 0
     check = report["int8_table_check"]
     assert check["all"]["n"] == 3 * len(tables["int8"]["meta"]["resolutions_done"])
