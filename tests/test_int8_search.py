@@ -253,3 +253,13 @@ def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_
         assert q["predicted_int8_ms"] <= row["budget_ms"] and q["measured_int8_ms"] > 0
     check = report["int8_table_check"]
     assert check["all"]["n"] == 3 * len(tables["int8"]["meta"]["resolutions_done"])
+
+
+def test_int8_search_bench_without_its_data_says_so_and_writes_nothing(tmp_path, capsys):
+    from bench import int8_search
+
+    argv = ["--recipe", "fashion", "--set", f"data.root={tmp_path / 'none'}", "--cache", str(tmp_path / "c")]
+    assert int8_search.main([*argv, "--runs", str(tmp_path / "runs"), "--json"]) == 0
+    first, last = capsys.readouterr().out.strip().splitlines()
+    assert first.startswith("int8_search: skipped: ") and "dataset-fashion-mnist" in first
+    assert json.loads(last)["skipped"] and not list(tmp_path.iterdir())
