@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,3 +31,8 @@ def parse_int_tuple(value: Any, source: str) -> tuple[int, ...]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise SpaceError(f"{source}: expected a list of integers, got {value!r}")
     return tuple(value)
+
+
+def fingerprint_of(space_dict: dict[str, Any]) -> str:
+    """Short stable hash of a space's ``to_dict``; tables, predictors and checkpoints record it."""
+    return hashlib.sha256(json.dumps(space_dict, sort_keys=True).encode()).hexdigest()[:16]

@@ -7,12 +7,12 @@ tables, predictors and checkpoints record.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, fields
 from typing import Any, ClassVar
 
 from timm.layers import make_divisible
+
+from ofa.families.choices import fingerprint_of
 
 
 class MobileSpaceMixin:
@@ -32,7 +32,7 @@ class MobileSpaceMixin:
 
     def fingerprint(self) -> str:
         """Short stable hash of the space; tables, predictors and checkpoints record it."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        return fingerprint_of(self.to_dict())
 
     # ----------------------------------------------------------------- derived widths
     def _scale(self, width: int) -> int:

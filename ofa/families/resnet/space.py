@@ -8,14 +8,13 @@ conv shortcut). Each width has one choice per width multiplier, ``make_divisible
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from timm.layers import make_divisible
 
+from ofa.families.choices import fingerprint_of
 from ofa.families.resnet.arch import FAMILY, ResNetArch
 from ofa.families.resnet.layers import LayerSpec, mid_channels, out_size
 from ofa.families.resnet.space_parse import parse_fields
@@ -73,7 +72,7 @@ class ResNetSpace:
 
     def fingerprint(self) -> str:
         """Short stable hash of the space; tables, predictors and checkpoints record it."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        return fingerprint_of(self.to_dict())
 
     def _check(self) -> None:
         for name in ("widths", "expands", "depths", "resolutions"):
