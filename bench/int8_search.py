@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from bench import ps_vs_scratch as ps
-from bench.common import ROOT
+from bench.common import DATA
 from bench.int8_search_report import render
 from bench.search_quality_measure import PS_RUNS, arch_key, latency_table, supernet_path
 from ofa.data.datasets import DataBundle, data_from_meta
@@ -57,7 +57,8 @@ from search.predictor.fit import FitConfig, fit_predictor
 from search.predictor.model import AccuracyPredictor
 from search.search_config import SearchConfig
 
-DEFAULT_CACHE = ROOT / "runs" / "bench" / "int8_search"
+DEFAULT_CACHE = DATA / "int8_search"  # kept (and committed) so a later session resumes the collection
+SHARED_TABLES = DATA / "search_quality"  # the float32 table is the search-quality bench's: one build, one truth
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Int8SearchConfig:
     fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
     seed: int = 0
     cache: Path = DEFAULT_CACHE
+    tables: Path = SHARED_TABLES  # where both tables are built once and kept, by space and CPU
     runs: Path = PS_RUNS  # where the supernet is found (or trained): the PS bench's runs
 
 
@@ -89,7 +91,7 @@ def prepare(cfg: Int8SearchConfig) -> Setup:
     net = load_supernet(path)
     folder = cfg.cache / path.parent.name
     folder.mkdir(parents=True, exist_ok=True)
-    tables = {dtype: latency_table(net.space, recipe, cfg.cache, None, dtype) for dtype in ("float32", "int8")}
+    tables = {dtype: latency_table(net.space, recipe, cfg.tables, None, dtype) for dtype in ("float32", "int8")}
     return Setup(net, data_from_meta(net.meta), path, folder, tables)
 
 
@@ -226,14 +228,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", type=int, default=Int8SearchConfig.check, help="INT8 subnets per resolution checked")
     p.add_argument("--fractions", type=float, nargs="+", default=list(Int8SearchConfig.fractions))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="the collection, exports and report")
+    p.add_argument("--tables", type=Path, default=SHARED_TABLES, help="the float32 and INT8 tables")
     p.add_argument("--runs", type=Path, default=PS_RUNS, help="where the supernet is found, else trained")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     a = p.parse_args(argv)
     if any(not 0 < f < 1 for f in a.fractions) or a.subnets < 10 or a.check < 2:
         p.error("--fractions within (0, 1), --subnets >= 10, --check >= 2")
     cfg = Int8SearchConfig(
-        a.recipe, tuple(a.set), a.subnets, a.calib_batches, a.check, tuple(a.fractions), a.seed, a.cache, a.runs
+        a.recipe,
+        tuple(a.set),
+        a.subnets,
+        a.calib_batches,
+        a.check,
+        tuple(a.fractions),
+        a.seed,
+        a.cache,
+        a.tables,
+        a.runs,
     )
     why = ps.missing_data(ps.RECIPES.get(cfg.recipe, Path(cfg.recipe)), cfg.overrides)
     if why:

@@ -46,7 +46,7 @@ def small_space() -> SearchSpace:
     return tiny_space(in_channels=1, num_classes=4, resolutions=(8,), kernels=(3,), expands=(2,), depths=(1,))
 
 
-def synthetic_table(space: SearchSpace, path: Path, dtype: str | None) -> Path:
+def synthetic_table(space: SearchSpace, path: Path, dtype: str | None, backend: str = "ort-cpu") -> Path:
     """A table file of ``space`` with made-up entries; ``dtype`` None: one from before INT8 (float32)."""
     entries = {
         spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.0, "count": 1}
@@ -60,7 +60,7 @@ def synthetic_table(space: SearchSpace, path: Path, dtype: str | None) -> Path:
             for e in space.expands
         ]
     }
-    meta = {"backend": "ort-cpu", "threads": 1, "batch": 1, "overhead_ms": 0.02, "protocol": FAST.to_dict()}
+    meta = {"backend": backend, "threads": 1, "batch": 1, "overhead_ms": 0.02, "protocol": FAST.to_dict()}
     meta.update(space=space.to_dict(), space_fingerprint=space.fingerprint(), **({"dtype": dtype} if dtype else {}))
     return save_table(path, meta, entries)
 
@@ -209,6 +209,13 @@ def test_export_puts_an_int8_tables_prediction_beside_the_measured_int8_latency(
     assert main([*argv, "--out", str(tmp_path / "fp32.onnx")]) == 2
     err = [x for x in capsys.readouterr().err.strip().splitlines() if not x.startswith("note:")]  # hand-written arch
     assert len(err) == 1 and "an INT8 latency table predicts the INT8 model's latency: add --int8" in err[0]
+    # an OpenVINO INT8 table predicts NNCF's models, not the QDQ model --int8 ships: refused before any work
+    ov = synthetic_table(space, tmp_path / "ov-int8.yaml", "int8", backend="openvino-cpu")
+    ov_argv = [str(ov) if a == str(lut) else a for a in argv] + ["--int8", "--out", str(tmp_path / "ov.onnx")]
+    assert main(ov_argv) == 2
+    err = [x for x in capsys.readouterr().err.strip().splitlines() if not x.startswith("note:")]
+    assert len(err) == 1 and "INT8 table of 'openvino-cpu'" in err[0] and "give an ort-cpu INT8 table" in err[0]
+    assert not list(tmp_path.glob("ov*.onnx"))
 
     assert main([*argv, "--int8", "--out", str(tmp_path / "m.onnx")]) == 0
     predicted = LatencyTable.load(lut).predict(space.min_arch(8))
@@ -235,7 +242,7 @@ def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_
     argv = ["--recipe", str(TINY_RECIPE), "--set", "checkpoint.every_steps=0", "--set", "space.resolutions=[8]"]
     argv += ["--subnets", "10"]
     argv += ["--calib-batches", "1", "--check", "3", "--fractions", "0.3", "0.8", "--cache", str(tmp_path / "c")]
-    argv += ["--runs", str(tmp_path / "runs")]
+    argv += ["--tables", str(tmp_path / "c"), "--runs", str(tmp_path / "runs")]
     assert int8_search.main([*argv, "--json"]) == 0
     *text, last = capsys.readouterr().out.strip().splitlines()
     report = json.loads(last)

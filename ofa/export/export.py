@@ -215,13 +215,19 @@ def export_finetuned(
 
 def _check_inputs(space: Space, arch: Arch, cfg: ExportConfig, data: Any, table: LatencyTable | None) -> None:
     """What must hold before any work: the table fits the space and arch (an INT8 one predicts the INT8 model,
-    so it needs --int8); INT8 has calibration images."""
+    so it needs --int8, and must be onnxruntime's, whose QDQ model export ships); INT8 has calibration images."""
     if table is not None:
         check_table_fits(table, space, arch)
         if table.dtype == "int8" and not cfg.int8:
             raise OFAError(
                 f"{table.source}: an INT8 latency table predicts the INT8 model's latency: add --int8 "
                 "(or give a float32 table with --lut)"
+            )
+        if table.dtype == "int8" and table.meta.get("backend") != "ort-cpu":
+            raise OFAError(
+                f"{table.source}: an INT8 table of {table.meta.get('backend')!r} predicts models quantized by that "
+                "runtime's own tools, and --int8 ships onnxruntime's QDQ model: give an ort-cpu INT8 table "
+                "(or a float32 one) with --lut"
             )
     if cfg.int8 and data is None:
         raise OFAError(

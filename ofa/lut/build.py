@@ -40,8 +40,8 @@ from ofa.families.registry import family_of, layout_of
 from ofa.lut.layer_models import LayerModules, empty_runner, input_shape, subnet_runners
 from ofa.lut.stats import Stats, noise_pct, spread_pct
 from ofa.lut.timing import NOISE_CRITERION, WARN_NOISE_PCT, Protocol, Standalone, time_models
+from ofa.runtime import formats
 from ofa.runtime.convert import DEFAULT_OPSET
-from ofa.runtime.quantize import SYNTHETIC_RECORD
 from ofa.runtime.runtimes import Runner, backend_device, check_backend, check_dtype, make_runner, runtime_info
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
@@ -235,7 +235,17 @@ def _new_meta(space: Space, cfg: TableBuildConfig) -> dict[str, Any]:
         "dtype": cfg.dtype,
         # float_ops: per resolution, each op type the runtime computed in float (its fallbacks, timed as they
         # are), with the number of timed models that have one
-        **({"int8": {**SYNTHETIC_RECORD, "empty_model": "float32", "float_ops": {}}} if cfg.dtype == "int8" else {}),
+        **(
+            {
+                "int8": {
+                    **formats.int8_record(formats.BACKEND_FORMAT[cfg.backend]),
+                    "empty_model": "float32",
+                    "float_ops": {},
+                }
+            }
+            if cfg.dtype == "int8"
+            else {}
+        ),
         "protocol": cfg.protocol.to_dict(),
         "clock": cfg.protocol.clock_name(backend_device(cfg.backend), cfg.threads),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -6,7 +6,7 @@ and the empty model (per-call overhead) into one format, as files in a folder wi
 (key → file, input shape, format) and a README on timing them with the runtime's own benchmark tool.
 ``ofa lut import`` reads the timings (CSV: ``key,median_ms``, optional ``samples``, ``std_ms``) and builds
 the table exactly as a build here would: entries net of the empty model, the affine correction per
-resolution fitted on the calibration subnets. ``dtype="int8"`` (ONNX) packs every model but the empty one
+resolution fitted on the calibration subnets. ``dtype="int8"`` (ONNX, OpenVINO) packs every model but the empty one
 quantized as ``ofa lut build --dtype int8`` quantizes it.
 """
 
@@ -32,7 +32,6 @@ from ofa.lut.pack_readme import render_pack_readme
 from ofa.lut.stats import Stats
 from ofa.lut.timing import Standalone
 from ofa.runtime import formats
-from ofa.runtime.quantize import SYNTHETIC_RECORD
 from ofa.runtime.runtimes import check_dtype
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
@@ -63,7 +62,9 @@ class PackConfig:
     batch: int = field(default=1, metadata={"help": "batch size of the packed models"})
     dtype: Literal["float32", "int8"] = field(
         default="float32",
-        metadata={"help": "int8 (onnx): every model but the empty one quantized as `ofa lut build --dtype int8` does"},
+        metadata={
+            "help": "int8 (onnx, openvino): every model but the empty one quantized as `lut build --dtype int8` does"
+        },
     )
     calibrate: int = field(default=10, metadata={"help": "calibration subnets per resolution"})
     seed: int = field(default=0, metadata={"help": "seed of the calibration subnets and drift probes"})
@@ -138,7 +139,7 @@ def pack_models(space: Space, cfg: PackConfig) -> Path:
             "backend": formats.FORMAT_BACKEND[cfg.format],
             "batch": cfg.batch,
             "dtype": cfg.dtype,
-            **({"int8": dict(SYNTHETIC_RECORD)} if cfg.dtype == "int8" else {}),
+            **({"int8": formats.int8_record(cfg.format)} if cfg.dtype == "int8" else {}),
             "seed": cfg.seed,
             "calibration_subnets": cfg.calibrate,
             "space_fingerprint": space.fingerprint(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ META_METHOD = "ofa_metadata"
 
 
 def _require() -> Any:
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # its import re-registers an enum: a W line
     try:
         import executorch
         from executorch import runtime

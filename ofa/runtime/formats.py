@@ -17,7 +17,7 @@ from torch import nn
 
 from ofa.runtime import executorch_backend, openvino_backend
 from ofa.runtime.convert import export_onnx
-from ofa.runtime.quantize import quantize_synthetic
+from ofa.runtime.quantize import SYNTHETIC_RECORD, quantize_synthetic, synthetic_batches
 from ofa.utils.errors import OFAError
 from search.latency import DTYPES
 
@@ -27,6 +27,7 @@ SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
 RUNTIME = {"openvino": "openvino", "executorch": "executorch"}  # runtime name in a table's meta
 WORKER_THREADS = {"openvino"}  # runtimes that infer on their own threads: timed against the process's CPU time
 EDGE_FORMAT = {backend: fmt for backend, fmt in BACKEND_FORMAT.items() if fmt in RUNTIME}  # backends run here
+INT8_FORMATS = ("onnx", "openvino")  # formats with an INT8 path: QDQ by onnxruntime's quantizer, NNCF for OpenVINO
 
 
 def check_format(name: str) -> str:
@@ -59,9 +60,9 @@ def convert(
     dtype: str = "float32",
 ) -> Any:
     """``module`` (or, for ONNX and OpenVINO, ``onnx_model``) in format ``fmt``: ONNX or .pte bytes, an
-    ``openvino.Model``. ``dtype="int8"`` (ONNX only): quantized on synthetic data (`quantize_synthetic`)."""
-    if dtype not in DTYPES or (dtype == "int8" and fmt != "onnx"):
-        raise OFAError(f"format {fmt!r} has no {dtype} path here (float32, or int8 for onnx)")
+    ``openvino.Model``. ``dtype="int8"`` (`INT8_FORMATS`): quantized on synthetic data (`int8_record`)."""
+    if dtype not in DTYPES or (dtype == "int8" and fmt not in INT8_FORMATS):
+        raise OFAError(f"format {fmt!r} has no {dtype} path here (float32, or int8 for {' and '.join(INT8_FORMATS)})")
     if fmt == "executorch":
         if module is None:
             raise OFAError("an ExecuTorch program is made from a torch module, and none was given")
@@ -71,10 +72,17 @@ def convert(
             raise OFAError(f"a {fmt} model is made from a torch module or an ONNX model, and neither was given")
         onnx_model = export_onnx(module, shape)
     if fmt == "openvino":
-        return openvino_backend.from_onnx(onnx_model, metadata)
+        model = openvino_backend.from_onnx(onnx_model, metadata)
+        return openvino_backend.quantize(model, synthetic_batches(shape)) if dtype == "int8" else model
     if dtype == "int8":
         return quantize_synthetic(onnx_model, shape).SerializeToString()
     return onnx_model if isinstance(onnx_model, bytes) else Path(onnx_model).read_bytes()
+
+
+def int8_record(fmt: str) -> dict[str, str]:
+    """How a table's (or a pack's) models in ``fmt`` are quantized, for its ``meta.int8``."""
+    scheme = {"onnx": SYNTHETIC_RECORD["scheme"], "openvino": openvino_backend.INT8_RECORD["scheme"]}[fmt]
+    return {"scheme": scheme, "calibration": SYNTHETIC_RECORD["calibration"]}
 
 
 def write(fmt: str, model: Any, path: Path) -> list[Path]:

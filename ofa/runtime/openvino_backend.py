@@ -3,12 +3,17 @@
 OpenVINO is an optional extra: it is imported inside the functions, and a missing install is one line
 naming the extra. Models are compiled for latency with ``threads`` inference threads, one stream and
 f32 inference precision: on CPUs with bf16 units the plugin would otherwise drop to bf16 and break parity.
+INT8 models are quantized by NNCF, the way OpenVINO users quantize (`quantize`); the layers the CPU plugin still
+runs in f32 are read back from the compiled model (`float_ops`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Mapping
+import io
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,12 @@ import numpy as np
 from ofa.utils.errors import OFAError
 
 MISSING = "OpenVINO is not installed (pip install 'ofa-toolkit[openvino]' or pip install openvino)"
+MISSING_NNCF = "OpenVINO INT8 needs NNCF (pip install 'ofa-toolkit[openvino]' or pip install nncf)"
+INT8_RECORD = {  # how `quantize` quantizes, as a table's meta records it
+    "scheme": "NNCF post-training quantization, its defaults (performance preset: symmetric 8-bit weights per "
+    "output channel and 8-bit activations, fast bias correction)",
+}
+NOT_COMPUTE = {"Input", "Output", "Const", "Reorder", "Reshape"}  # layer types that move data, not compute it
 RT_INFO_KEY = "ofa"  # rt_info section that holds the export's metadata, as ONNX files hold ``ofa.*`` props
 
 
@@ -32,6 +43,16 @@ def _openvino() -> Any:
 def _core() -> Any:
     """One ``openvino.Core`` per process: creating one loads the plugins, seconds per model otherwise."""
     return _openvino().Core()
+
+
+def _nncf() -> Any:
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # NNCF imports torch's: no GPU note
+    try:
+        import nncf
+    except ImportError:
+        raise OFAError(MISSING_NNCF) from None
+    nncf.set_log_level(logging.ERROR)
+    return nncf
 
 
 def version() -> str:
@@ -82,3 +103,30 @@ def compile_infer(model: Any, threads: int) -> Callable[[np.ndarray], np.ndarray
         return request.infer([x])[0]
 
     return infer
+
+
+def quantize(model: Any, batches: Sequence[np.ndarray]) -> Any:
+    """``model`` (an ``openvino.Model``) in INT8 by NNCF's post-training quantization, calibrated on ``batches``
+    (each of the model's input shape); NNCF's progress bars are kept off the command's output."""
+    nncf = _nncf()
+    if not batches:
+        raise OFAError("INT8 quantization needs calibration images (none were given)")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            return nncf.quantize(model, nncf.Dataset(list(batches)), subset_size=len(batches))
+        except Exception as exc:  # NNCF raises its own types for graphs it cannot quantize
+            raise OFAError(f"NNCF cannot quantize the model: {str(exc).splitlines()[0]}") from None
+
+
+def float_ops(model: Any, threads: int) -> tuple[str, ...]:
+    """The layer types the CPU plugin computes in f32 in the compiled ``model``: an INT8 model's float fallbacks."""
+    compiled = _core().compile_model(
+        model, "CPU", {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
+    )
+    ops = set()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        layer = info["layerType"].astype(str) if "layerType" in info else op.get_type_name()
+        if layer not in NOT_COMPUTE and "runtimePrecision" in info and info["runtimePrecision"].astype(str) == "f32":
+            ops.add(layer)
+    return tuple(sorted(ops))

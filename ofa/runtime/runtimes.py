@@ -20,13 +20,14 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from ofa.runtime import formats
+from ofa.runtime import formats, openvino_backend
 from ofa.utils.errors import OFAError
 from ofa.utils.machine import cpu_name
 from search.latency import check_known_dtype
 
 BACKENDS = ("ort-cpu", "torch-cpu", "ort-cuda", "torch-cuda", "openvino-cpu", "executorch-xnnpack")
-INT8_BACKENDS = ("ort-cpu",)  # backends with an INT8 path here (QDQ on onnxruntime's CPU kernels)
+# backends with an INT8 path here: QDQ on onnxruntime's CPU kernels, NNCF-quantized models on OpenVINO's CPU plugin
+INT8_BACKENDS = ("ort-cpu", "openvino-cpu")
 
 
 def check_backend(backend: str) -> None:
@@ -48,7 +49,7 @@ def check_dtype(backend: str, dtype: str, what: str = "dtype") -> None:
     if dtype == "int8" and backend not in INT8_BACKENDS:
         raise OFAError(
             f"{what}: backend {backend!r} has no INT8 path here (INT8 runs on {', '.join(INT8_BACKENDS)}; "
-            "OpenVINO through NNCF is not built yet)"
+            "ExecuTorch's XNNPACK quantizer is not built yet)"
         )
 
 
@@ -241,13 +242,16 @@ def make_runner(
 ) -> Runner:
     """A runner for ``module`` on ``backend``; ONNX backends (and OpenVINO, which reads ONNX) export it unless
     ``onnx_model`` is given; ExecuTorch converts the module. ``dtype="int8"`` (`INT8_BACKENDS`): the ONNX model
-    quantized on synthetic data, its float fallbacks in the runner's ``float_ops``."""
+    (OpenVINO: its ``openvino.Model``) quantized on synthetic data, its float fallbacks in ``float_ops``."""
     check_dtype(backend, dtype)
     device = backend_device(backend)
     if backend in formats.EDGE_FORMAT:
         fmt = formats.EDGE_FORMAT[backend]
-        model = formats.convert(fmt, module, shape, onnx_model)
-        return CallRunner(formats.load_infer(fmt, model, threads), shape, threads, fmt in formats.WORKER_THREADS)
+        model = formats.convert(fmt, module, shape, onnx_model, dtype=dtype)
+        call = CallRunner(formats.load_infer(fmt, model, threads), shape, threads, fmt in formats.WORKER_THREADS)
+        if dtype == "int8":
+            call.float_ops = openvino_backend.float_ops(model, threads)
+        return call
     if backend.startswith("ort"):
         model = formats.convert("onnx", module, shape, onnx_model, dtype=dtype)
         runner = OrtRunner(model, shape, threads, device)

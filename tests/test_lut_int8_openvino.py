@@ -1,0 +1,85 @@
+"""INT8 latency tables on OpenVINO: every timed model but the empty one quantized by NNCF, the layers the CPU
+plugin keeps in f32 listed, whole subnets judged in INT8, and packs of NNCF-quantized IRs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+from ofa.lut.build import TableBuildConfig, build_table
+from ofa.lut.check import CheckConfig, check_table
+from ofa.lut.pack import PackConfig, pack_models, read_manifest
+from ofa.runtime import formats, openvino_backend
+from tests.test_lut_int8 import FAST, digits_cut
+
+
+def runtime_precisions(model) -> dict[str, set[str]]:
+    """Layer type -> the precisions OpenVINO's CPU plugin runs it in, read from the compiled model."""
+    compiled = openvino_backend._core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": 1})
+    out: dict[str, set[str]] = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        out.setdefault(info["layerType"].astype(str), set()).add(info["runtimePrecision"].astype(str))
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> SimpleNamespace:
+    """An OpenVINO INT8 table of the cut digits space, with every model its build had NNCF quantize."""
+    out = tmp_path_factory.mktemp("ov-int8") / "int8.yaml"
+    quantized: list[tuple[tuple[int, ...], object]] = []
+    real = openvino_backend.quantize
+
+    def recording(model, batches):
+        q = real(model, batches)
+        quantized.append((tuple(batches[0].shape), q))
+        return q
+
+    cfg = TableBuildConfig(
+        out, backend="openvino-cpu", dtype="int8", calibrate=2, protocol=FAST, max_noise_pct=1e6, progress=False
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(openvino_backend, "quantize", recording)
+        table = build_table(digits_cut(), cfg)
+    return SimpleNamespace(table=table, out=out, quantized=quantized)
+
+
+def test_openvino_int8_build_quantizes_every_timed_model_with_nncf(built):
+    table, quantized = built.table, built.quantized
+    assert table.dtype == "int8" and table.meta["backend"] == "openvino-cpu" and table.meta["runtime"] == "openvino"
+    assert table.meta["int8"]["scheme"].startswith("NNCF") and "synthetic" in table.meta["int8"]["calibration"]
+    assert len(quantized) == len(table.entries) + 2 + 3  # layers, calibration subnets, probes; not the empty model
+    assert all(shape[0] == 1 and len(shape) == 4 for shape, _ in quantized)
+    # the CPU plugin runs the quantized convolutions on integer inputs
+    conv = next(model for shape, model in quantized if shape[1] > 1)
+    assert runtime_precisions(conv)["Convolution"] & {"u8", "i8"}
+
+
+def test_openvino_int8_build_lists_the_layers_left_in_f32(built):
+    float_ops = built.table.meta["int8"]["float_ops"][12]
+    assert float_ops and all(isinstance(n, int) and 1 <= n <= len(built.quantized) for n in float_ops.values())
+    assert not set(float_ops) & openvino_backend.NOT_COMPUTE
+    assert yaml.safe_load(built.out.read_text())["meta"]["int8"]["float_ops"] == {12: float_ops}
+
+
+def test_openvino_check_judges_whole_int8_subnets(built, monkeypatch):
+    quantized = []
+    real = openvino_backend.quantize
+    monkeypatch.setattr(openvino_backend, "quantize", lambda m, b: quantized.append(b[0].shape) or real(m, b))
+    result = check_table(built.table, CheckConfig(n=1, repeats=2, dtype="int8", max_noise_pct=1e6, progress=False))
+    assert result.summary["dtype"] == "int8" and result.summary["n"] == 1
+    assert len(quantized) == 1 + 3 + 1  # the subnet, the drift probes, the retest: each quantized whole
+
+
+def test_openvino_int8_pack_writes_nncf_quantized_irs(tmp_path):
+    folder = tmp_path / "pack"
+    pack_models(digits_cut(depths=(1,)), PackConfig(folder, "openvino", dtype="int8", calibrate=0, progress=False))
+    manifest = read_manifest(folder)
+    assert manifest["dtype"] == "int8" and manifest["int8"] == formats.int8_record("openvino")
+    for key, m in manifest["models"].items():
+        assert ("FakeQuantize" in (folder / m["file"]).read_text()) == (key != "<empty>"), key
