@@ -143,8 +143,6 @@ def test_int8_pack_quantizes_its_models_and_imports_as_int8(tmp_path):
     [
         (["lut", "build", "--space", "mbv3", "--dtype", "fp16"], "invalid choice: 'fp16'"),
         (["lut", "build", "--space", "mbv3", "--dtype", "int8", "--backend", "torch-cpu"], "no INT8 path"),
-        (["lut", "build", "--space", "mbv3", "--dtype", "int8", "--backend", "executorch-xnnpack"], "no INT8 path"),
-        (["lut", "pack", "--space", "mbv3", "--dtype", "int8", "--backend", "executorch"], "no INT8 path"),
         (["lut", "check", str(DIGITS), "--dtype", "bf16"], "invalid choice: 'bf16'"),
     ],
 )
@@ -162,7 +160,5 @@ def test_library_names_the_field_and_flag():
         TableBuildConfig(Path("t.yaml"), dtype="int8", backend="torch-cpu")
     with pytest.raises(OFAError, match=r"^dtype: backend 'torch-cpu' has no INT8 path here"):
         runtimes.make_runner("torch-cpu", None, (1, 1), 1, dtype="int8")
-    with pytest.raises(OFAError, match=r"^format 'executorch' has no int8 path here"):
-        runtimes.formats.convert("executorch", None, (1, 1), dtype="int8")
     with pytest.raises(OFAError, match=r"^format 'onnx' has no fp16 path here"):
         runtimes.formats.convert("onnx", None, (1, 1), dtype="fp16")

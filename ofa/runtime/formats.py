@@ -27,7 +27,8 @@ SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
 RUNTIME = {"openvino": "openvino", "executorch": "executorch"}  # runtime name in a table's meta
 WORKER_THREADS = {"openvino"}  # runtimes that infer on their own threads: timed against the process's CPU time
 EDGE_FORMAT = {backend: fmt for backend, fmt in BACKEND_FORMAT.items() if fmt in RUNTIME}  # backends run here
-INT8_FORMATS = ("onnx", "openvino")  # formats with an INT8 path: QDQ by onnxruntime's quantizer, NNCF for OpenVINO
+# formats with an INT8 path: QDQ by onnxruntime's quantizer, NNCF for OpenVINO, XNNPACK's quantizer for ExecuTorch
+INT8_FORMATS = ("onnx", "openvino", "executorch")
 
 
 def check_format(name: str) -> str:
@@ -66,7 +67,7 @@ def convert(
     if fmt == "executorch":
         if module is None:
             raise OFAError("an ExecuTorch program is made from a torch module, and none was given")
-        return executorch_backend.to_pte(module, shape, metadata)
+        return executorch_backend.to_pte(module, shape, metadata, synthetic_batches(shape) if dtype == "int8" else None)
     if onnx_model is None:
         if module is None:
             raise OFAError(f"a {fmt} model is made from a torch module or an ONNX model, and neither was given")
@@ -81,8 +82,20 @@ def convert(
 
 def int8_record(fmt: str) -> dict[str, str]:
     """How a table's (or a pack's) models in ``fmt`` are quantized, for its ``meta.int8``."""
-    scheme = {"onnx": SYNTHETIC_RECORD["scheme"], "openvino": openvino_backend.INT8_RECORD["scheme"]}[fmt]
+    records = {
+        "onnx": SYNTHETIC_RECORD,
+        "openvino": openvino_backend.INT8_RECORD,
+        "executorch": executorch_backend.INT8_RECORD,
+    }
+    scheme = records[fmt]["scheme"]
     return {"scheme": scheme, "calibration": SYNTHETIC_RECORD["calibration"]}
+
+
+def int8_float_ops(fmt: str, model: Any, threads: int) -> tuple[str, ...]:
+    """The op types an INT8 model converted by `convert` still computes in float on its runtime."""
+    if fmt == "openvino":
+        return openvino_backend.float_ops(model, threads)
+    return executorch_backend.program_float_ops(model)
 
 
 def write(fmt: str, model: Any, path: Path) -> list[Path]:

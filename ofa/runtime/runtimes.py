@@ -20,14 +20,15 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from ofa.runtime import formats, openvino_backend
+from ofa.runtime import formats
 from ofa.utils.errors import OFAError
 from ofa.utils.machine import cpu_name
 from search.latency import check_known_dtype
 
 BACKENDS = ("ort-cpu", "torch-cpu", "ort-cuda", "torch-cuda", "openvino-cpu", "executorch-xnnpack")
-# backends with an INT8 path here: QDQ on onnxruntime's CPU kernels, NNCF-quantized models on OpenVINO's CPU plugin
-INT8_BACKENDS = ("ort-cpu", "openvino-cpu")
+# backends with an INT8 path here: QDQ on onnxruntime's CPU kernels, NNCF-quantized models on OpenVINO's CPU
+# plugin, programs quantized by XNNPACK's quantizer on ExecuTorch
+INT8_BACKENDS = ("ort-cpu", "openvino-cpu", "executorch-xnnpack")
 
 
 def check_backend(backend: str) -> None:
@@ -47,10 +48,7 @@ def check_dtype(backend: str, dtype: str, what: str = "dtype") -> None:
     """Refuse an unknown dtype, or INT8 on a backend without an INT8 path, with one line naming ``what``."""
     check_known_dtype(dtype, what)
     if dtype == "int8" and backend not in INT8_BACKENDS:
-        raise OFAError(
-            f"{what}: backend {backend!r} has no INT8 path here (INT8 runs on {', '.join(INT8_BACKENDS)}; "
-            "ExecuTorch's XNNPACK quantizer is not built yet)"
-        )
+        raise OFAError(f"{what}: backend {backend!r} has no INT8 path here (INT8 runs on {', '.join(INT8_BACKENDS)})")
 
 
 def backend_device(backend: str) -> str:
@@ -242,7 +240,8 @@ def make_runner(
 ) -> Runner:
     """A runner for ``module`` on ``backend``; ONNX backends (and OpenVINO, which reads ONNX) export it unless
     ``onnx_model`` is given; ExecuTorch converts the module. ``dtype="int8"`` (`INT8_BACKENDS`): the ONNX model
-    (OpenVINO: its ``openvino.Model``) quantized on synthetic data, its float fallbacks in ``float_ops``."""
+    (OpenVINO: its ``openvino.Model``; ExecuTorch: the module) quantized on synthetic data, its float fallbacks in
+    ``float_ops``."""
     check_dtype(backend, dtype)
     device = backend_device(backend)
     if backend in formats.EDGE_FORMAT:
@@ -250,7 +249,7 @@ def make_runner(
         model = formats.convert(fmt, module, shape, onnx_model, dtype=dtype)
         call = CallRunner(formats.load_infer(fmt, model, threads), shape, threads, fmt in formats.WORKER_THREADS)
         if dtype == "int8":
-            call.float_ops = openvino_backend.float_ops(model, threads)
+            call.float_ops = formats.int8_float_ops(fmt, model, threads)
         return call
     if backend.startswith("ort"):
         model = formats.convert("onnx", module, shape, onnx_model, dtype=dtype)

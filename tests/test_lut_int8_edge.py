@@ -1,12 +1,16 @@
-"""INT8 latency tables on OpenVINO: every timed model but the empty one quantized by NNCF, the layers the CPU
-plugin keeps in f32 listed, whole subnets judged in INT8, and packs of NNCF-quantized IRs."""
+"""INT8 on the edge runtimes. OpenVINO: every timed model of a table but the empty one quantized by NNCF, the
+layers the CPU plugin keeps in f32 listed, whole subnets judged in INT8, packs of NNCF-quantized IRs.
+ExecuTorch: programs quantized by XNNPACK's quantizer, fully delegated, their float ops recorded in them."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
+import torch
 import yaml
+from torch import nn
 
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")
@@ -14,7 +18,7 @@ pytest.importorskip("nncf")
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.check import CheckConfig, check_table
 from ofa.lut.pack import PackConfig, pack_models, read_manifest
-from ofa.runtime import formats, openvino_backend
+from ofa.runtime import executorch_backend, formats, openvino_backend, runtimes
 from tests.test_lut_int8 import FAST, digits_cut
 
 
@@ -83,3 +87,34 @@ def test_openvino_int8_pack_writes_nncf_quantized_irs(tmp_path):
     assert manifest["dtype"] == "int8" and manifest["int8"] == formats.int8_record("openvino")
     for key, m in manifest["models"].items():
         assert ("FakeQuantize" in (folder / m["file"]).read_text()) == (key != "<empty>"), key
+
+
+class ConvThenSine(nn.Module):
+    """A convolution XNNPACK's quantizer takes, then an op it has no pattern for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(torch.sin(torch.relu(self.conv(x))))
+
+
+def test_executorch_int8_program_is_quantized_and_names_its_float_ops():
+    pytest.importorskip("executorch")
+    torch.manual_seed(0)
+    module, shape = ConvThenSine().eval(), (1, 3, 8, 8)
+    quantized = executorch_backend.quantize(module, [np.random.default_rng(0).standard_normal(shape, np.float32)])
+    targets = {str(n.target) for n in quantized.graph.nodes if n.op == "call_function"}
+    assert any("quantize_per_tensor" in t for t in targets) and any("dequantize_per_channel" in t for t in targets)
+    assert executorch_backend.float_ops(quantized) == ("sin",)  # the second sine: float in, float out
+
+    runner = runtimes.make_runner("executorch-xnnpack", module, shape, 1, dtype="int8")
+    assert runner.float_ops == ("sin",)  # read back from the program's own metadata
+    pte = formats.convert("executorch", module, shape, dtype="int8")
+    assert executorch_backend.read_metadata(pte)[executorch_backend.FLOAT_OPS_KEY] == "sin"
+    x = np.random.default_rng(1).standard_normal(shape, np.float32)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    got = executorch_backend.load_infer(pte, 1)(x)
+    assert got.shape == want.shape and 0 < np.abs(got - want).max() < 0.1  # INT8: close, not bitwise
