@@ -180,14 +180,16 @@ def run(cfg: QualityConfig) -> dict[str, Any]:
         "seeds": list(cfg.seeds),
         "budgets_ms": budgets,
         "main_size": main["size"],
-        "truth_retest_tau": ctx.retest_tau(),
+        "truth_retest_tau": round(ctx.retest_tau(), 3),
+        "truth_b_std": float(np.std(ctx.truth_b)),
+        "truth_se": ctx.se(float(np.mean(ctx.truth_b2))),
         "budgets": budget_figures(ctx, main, budgets),
         "front": main.pop("front"),
         "learning_curve": [{k: v for k, v in p.items() if k != "rows"} for p in curve],
     }
     rows = [r for b in report["budgets"] for r in b["rows"]]
     report["all_within"] = all(r["within"] and r["within_latency"] for r in rows)
-    report["regret_max"] = float(np.nanmax([r["regret"] for r in rows]))
+    report["regret_max"] = round(float(np.nanmax([r["regret"] for r in rows])), 2)
     late = ["measured latency over budget + 10%"] if not all(r["within_latency"] for r in rows) else []
     report["causes"] = sorted({r["cause"] for r in rows} - {"ok"}) + late
     report["png"] = str(plot_quality(ctx, report, cfg.png or DATA / f"search_quality_{ctx.recipe_path.stem}.png"))

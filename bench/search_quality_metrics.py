@@ -16,6 +16,7 @@ from search.pareto import non_dominated
 
 REGRET_POINTS = 0.3  # the bar: regret <= max(this, one standard error of the measurement)
 LATENCY_SLACK = 0.10  # measured latency within budget x (1 + this)
+RANKS_TAU = 0.3  # below this test-retest tau the truth cannot rank the K subnets: regrets are noise
 
 
 @dataclass(frozen=True)

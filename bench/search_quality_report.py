@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from bench.search_quality_metrics import LATENCY_SLACK, REGRET_POINTS
+from bench.search_quality_metrics import LATENCY_SLACK, RANKS_TAU, REGRET_POINTS
 from ofa.utils.io import atomic_write
 
 if TYPE_CHECKING:
@@ -81,6 +81,21 @@ def markdown(report: dict[str, Any]) -> list[str]:
         f"Every found subnet within max({REGRET_POINTS} points, 1 SE) of the best and within "
         f"+{LATENCY_SLACK:.0%} of its budget (measured): {verdict}; worst regret {report['regret_max']:+.2f}. "
         f"Plot: {report['png']}.",
+        *_caveat(report),
+    ]
+
+
+def _caveat(report: dict[str, Any]) -> list[str]:
+    """Said outright when the truth cannot rank the subnets: then a met bar means "within noise", no more."""
+    tau = report["truth_retest_tau"]
+    if not tau < RANKS_TAU:
+        return []
+    return [
+        "",
+        f"Caveat: the measurement ranks the K subnets no better than a test-retest tau of {tau:.3f} (< {RANKS_TAU}): "
+        f"their top-1 on B spreads by {report['truth_b_std']:.2f} points (std over the K), below one half's "
+        f"standard error ({report['truth_se']:.2f}), so the regrets say each pick is within noise of the best, not "
+        "that the search found the best; only more held-out images would tell these subnets apart.",
     ]
 
 
