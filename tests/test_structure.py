@@ -35,6 +35,7 @@ MAX_MODULE_LINES = 400
 OPTIONAL = {
     "openvino",
     "executorch",
+    "torchao",  # ExecuTorch's quantizer (PT2E) comes with it
     "ai_edge_litert",
     "litert_torch",
     "huggingface_hub",

@@ -221,7 +221,7 @@ def build_table_file(space: str, cfg: TableBuildConfig) -> LatencyTable:
 
 
 def _new_meta(space: Space, cfg: TableBuildConfig) -> dict[str, Any]:
-    info = runtime_info(cfg.backend)
+    info, int8 = runtime_info(cfg.backend), cfg.dtype == "int8"
     return {
         "device": cfg.device or platform.node() or "unknown",
         "cpu": info["cpu"],
@@ -235,17 +235,7 @@ def _new_meta(space: Space, cfg: TableBuildConfig) -> dict[str, Any]:
         "dtype": cfg.dtype,
         # float_ops: per resolution, each op type the runtime computed in float (its fallbacks, timed as they
         # are), with the number of timed models that have one
-        **(
-            {
-                "int8": {
-                    **formats.int8_record(formats.BACKEND_FORMAT[cfg.backend]),
-                    "empty_model": "float32",
-                    "float_ops": {},
-                }
-            }
-            if cfg.dtype == "int8"
-            else {}
-        ),
+        **({"int8": {**formats.int8_record(cfg.backend), "empty_model": "float32", "float_ops": {}}} if int8 else {}),
         "protocol": cfg.protocol.to_dict(),
         "clock": cfg.protocol.clock_name(backend_device(cfg.backend), cfg.threads),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -80,8 +80,9 @@ def convert(
     return onnx_model if isinstance(onnx_model, bytes) else Path(onnx_model).read_bytes()
 
 
-def int8_record(fmt: str) -> dict[str, str]:
-    """How a table's (or a pack's) models in ``fmt`` are quantized, for its ``meta.int8``."""
+def int8_record(name: str) -> dict[str, str]:
+    """How a table's (or a pack's) models in format (or on backend) ``name`` are quantized, for its ``meta.int8``."""
+    fmt = BACKEND_FORMAT.get(name, name)
     records = {
         "onnx": SYNTHETIC_RECORD,
         "openvino": openvino_backend.INT8_RECORD,
