@@ -77,9 +77,8 @@ def float_ops(quantized: torch.fx.GraphModule) -> tuple[str, ...]:
     for node in quantized.graph.nodes:
         if node.op != "call_function" or "quantized_decomposed" in str(node.target):
             continue
-        name = (str(node.target).split(".")[1] if str(node.target).startswith("aten.") else str(node.target)).rstrip(
-            "_"
-        )
+        target = str(node.target)
+        name = (target.split(".")[1] if target.startswith("aten.") else target).rstrip("_")
         fused = len(node.users) == 1 and quantized_output(next(iter(node.users)))
         if not (quantized_output(node) or fused) and name not in MOVES_DATA and "getitem" not in name:
             ops.add(name)

@@ -27,8 +27,12 @@ SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
 RUNTIME = {"openvino": "openvino", "executorch": "executorch"}  # runtime name in a table's meta
 WORKER_THREADS = {"openvino"}  # runtimes that infer on their own threads: timed against the process's CPU time
 EDGE_FORMAT = {backend: fmt for backend, fmt in BACKEND_FORMAT.items() if fmt in RUNTIME}  # backends run here
-# formats with an INT8 path: QDQ by onnxruntime's quantizer, NNCF for OpenVINO, XNNPACK's quantizer for ExecuTorch
-INT8_FORMATS = ("onnx", "openvino", "executorch")
+INT8_SCHEMES = {  # each format with an INT8 path, quantized by its runtime's own tool: how, for a table's meta
+    "onnx": SYNTHETIC_RECORD["scheme"],
+    "openvino": openvino_backend.INT8_RECORD["scheme"],
+    "executorch": executorch_backend.INT8_RECORD["scheme"],
+}
+INT8_FORMATS = tuple(INT8_SCHEMES)
 
 
 def check_format(name: str) -> str:
@@ -82,13 +86,7 @@ def convert(
 
 def int8_record(name: str) -> dict[str, str]:
     """How a table's (or a pack's) models in format (or on backend) ``name`` are quantized, for its ``meta.int8``."""
-    fmt = BACKEND_FORMAT.get(name, name)
-    records = {
-        "onnx": SYNTHETIC_RECORD,
-        "openvino": openvino_backend.INT8_RECORD,
-        "executorch": executorch_backend.INT8_RECORD,
-    }
-    scheme = records[fmt]["scheme"]
+    scheme = INT8_SCHEMES[BACKEND_FORMAT.get(name, name)]
     return {"scheme": scheme, "calibration": SYNTHETIC_RECORD["calibration"]}
 
 

@@ -26,9 +26,7 @@ from ofa.utils.machine import cpu_name
 from search.latency import check_known_dtype
 
 BACKENDS = ("ort-cpu", "torch-cpu", "ort-cuda", "torch-cuda", "openvino-cpu", "executorch-xnnpack")
-# backends with an INT8 path here: QDQ on onnxruntime's CPU kernels, NNCF-quantized models on OpenVINO's CPU
-# plugin, programs quantized by XNNPACK's quantizer on ExecuTorch
-INT8_BACKENDS = ("ort-cpu", "openvino-cpu", "executorch-xnnpack")
+INT8_BACKENDS = tuple(formats.FORMAT_BACKEND[f] for f in formats.INT8_FORMATS)  # each INT8 format's backend
 
 
 def check_backend(backend: str) -> None:
