@@ -76,7 +76,8 @@ def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys, monkeypatch):
     assert tuned.space == space and "fresh_classifier" not in tuned.meta  # the whole supernet was fine-tuned
     (row,) = summary.rows
     result = json.loads(Path(row["onnx"]).with_suffix(".export.json").read_text())
-    assert result["parity"]["max_abs_diff"] <= 1e-4 and result["parity"]["top1_agreement"] == 1.0
+    parity = result["parity"]
+    assert parity["ok"] and parity["max_abs_diff"] <= parity["allowed"] < 1e-3 and parity["top1_agreement"] == 1.0
     assert result["bn_batches"] > 0  # recalibrated on the digits the supernet was fine-tuned on
     assert row["test_top1"] == onnx_top1(row["onnx"], build_data(load_recipe(recipe).data).test)
     assert row["measured_ms"] == 0.25

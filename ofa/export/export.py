@@ -43,7 +43,7 @@ from ofa.export.steps import (
     prediction,
     table_protocol,
 )
-from ofa.export.verify import PARITY_ATOL, Parity, ParityError, check_parity, eval_split
+from ofa.export.verify import Parity, ParityError, check_parity, eval_split
 from ofa.export.write import with_metadata, write_export
 from ofa.families.counts import count_macs, count_params
 from ofa.families.family import Arch, Space, Supernet
@@ -304,7 +304,7 @@ def _parity(model: nn.Module, runner: OrtModel, inputs: tuple[torch.Tensor, torc
     if not parity.ok:
         raise ParityError(
             f"{cfg.out}: onnxruntime does not match PyTorch: max |logit diff| {parity.max_abs_diff:.3g} "
-            f"(allowed {PARITY_ATOL:g}), top-1 identical on {100 * parity.top1_agreement:.1f}% of "
+            f"(allowed {parity.allowed:.3g}), top-1 identical on {100 * parity.top1_agreement:.1f}% of "
             f"{parity.real_inputs + parity.random_inputs} inputs; nothing written"
         )
     return parity

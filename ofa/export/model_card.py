@@ -105,7 +105,8 @@ def _summary(result: ExportResult, space: Space) -> list[str]:
     return [
         *lines,
         f"| latency,{which} predicted by table | {predicted}{f' (`{result.table}`)' if result.table else ''} |",
-        f"| parity vs PyTorch | max abs logit diff {result.parity.max_abs_diff:.2e} on "
+        f"| parity vs PyTorch | max abs logit diff {result.parity.max_abs_diff:.2e} "
+        f"(allowed {result.parity.allowed:.2e}) on "
         f"{result.parity.real_inputs} real + {result.parity.random_inputs} random inputs, top-1 identical "
         f"on {100 * result.parity.top1_agreement:.1f}% |",
         "",
