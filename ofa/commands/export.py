@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="export a searched subnet to ONNX, verified against PyTorch",
         description="Extract the subnet ARCH from the supernet, recalibrate its BN statistics on training images, "
         "export it to ONNX and check it: onnx.checker, onnxruntime vs PyTorch parity (max |diff| <= "
-        "1e-4 + 1e-5 × max |logit|, same top-1), test-split accuracy and latency. OUT=DIR writes a model folder for timm and the "
+        "1e-4 + 1e-5 × max |logit|, same top-1), test-split accuracy and latency. OUT=DIR writes a model "
+        "folder for timm and the "
         "Hugging Face Hub: model.safetensors, config.json (timm's config + the arch), README.md (model "
         "card), model.onnx, model.export.json (summary) and, with --int8, model.int8.onnx. "
         "OUT=MODEL.onnx writes MODEL.onnx, MODEL.pt (for ofa.load_subnet), MODEL.md, MODEL.export.json "
