@@ -91,6 +91,7 @@ class PipelineConfig:
     lut: Path | None = field(default=None, metadata=_setting("lut"))
     max_noise_pct: float | None = field(default=None, metadata=_setting("max_noise_pct"))
     lut_budget_s: float | None = field(default=None, metadata=_setting("lut_budget_s"))
+    lut_block_ms: float | None = field(default=None, metadata=_setting("lut_block_ms"))
     int8: bool | None = field(default=None, metadata=_setting("int8"))
     dtype: Literal["float32", "int8"] | None = field(default=None, metadata=_setting("dtype"))
     seed: int = field(default=0, metadata={"help": "seed of subnet sampling, search and export"})
@@ -233,7 +234,7 @@ class Pipeline:
             self.log(f"[lut] using {given} (given){elsewhere}")
             return given, table
         path = self.out / "latency_table.yaml"
-        protocol = Standalone(budget_s=self.settings.lut_budget_s)
+        protocol = Standalone(budget_s=self.settings.lut_budget_s, block_ms=self.settings.lut_block_ms)
         key = digest(
             [space.fingerprint(), "ort-cpu", 1, 1, protocol.to_dict(), self.settings.max_noise_pct, *self.dtype_key()]
         )

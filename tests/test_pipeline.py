@@ -104,15 +104,17 @@ def test_pipeline_builds_its_table_here_and_a_strict_limit_stops_it_in_one_line(
         k: {**s, "ci_pct": 30.0} for k, s in time_models(models, protocol).items()
     }
     monkeypatch.setattr(lut_build, "time_models", noisy)
-    monkeypatch.setattr(pipeline_module, "Standalone", lambda **_: FAST)
+    protocols: list[dict] = []
+    monkeypatch.setattr(pipeline_module, "Standalone", lambda **kw: protocols.append(kw) or FAST)
     pipeline = Pipeline(PipelineConfig(recipe=RECIPE, out=tmp_path / "run", max_noise_pct=5.0), log=lambda _: None)
     with pytest.raises(OFAError, match=r"^stage 'lut': .*too noisy to measure at \d+ px: .*±30\.0%") as info:
         pipeline.stage("lut", lambda: pipeline.latency_table(space))
     assert "\n" not in str(info.value) and not (tmp_path / "run" / "latency_table.yaml").exists()
 
     lines: list[str] = []
-    pipeline = Pipeline(PipelineConfig(recipe=RECIPE, out=tmp_path / "warned"), log=lines.append)
-    path, table = pipeline.latency_table(space)  # default: warn, write, go on
+    config = PipelineConfig(recipe=RECIPE, out=tmp_path / "warned", lut_budget_s=0.3, lut_block_ms=7.0)
+    path, table = Pipeline(config, log=lines.append).latency_table(space)  # default: warn, write, go on
+    assert protocols[-1] == {"budget_s": 0.3, "block_ms": 7.0}  # the table's protocol, from the settings
     assert path == tmp_path / "warned" / "latency_table.yaml" and table.noise_pct() == 30.0
     assert sum("warning:" in line and "±30.0%" in line for line in lines) == len(space.resolutions)
     assert all(r["noisy"] for r in table.meta["noise"]["per_resolution"].values())

@@ -19,11 +19,12 @@ DIGITS = ROOT / "recipes" / "digits.yaml"
 
 def test_digits_recipe_resolves_every_phase():
     r = load_recipe(DIGITS)
-    assert [p.name for p in r.phases] == ["full", "kernel", "depth_1", "depth_2", "expand_1", "expand_2"]
-    full, kernel, *_, expand_2 = r.phases
+    assert [p.name for p in r.phases] == ["full", "kernel", "depth", "expand"]
+    full, kernel, depth, expand = r.phases
     assert tuple(full.choices[d] for d in ("kernels", "expands", "depths")) == ((5,), (4,), (3,))
     assert kernel.choices["kernels"] == (3, 5) and kernel.resolutions == (12, 16)  # null/omitted -> all of the space
-    assert expand_2.choices["expands"] == (2, 3, 4) and expand_2.reorganize_channels and expand_2.subnets_per_step == 4
+    assert depth.choices["depths"] == (1, 2, 3) and depth.choices["kernels"] == (3, 5)  # kernels carry over
+    assert expand.choices["expands"] == (2, 3, 4) and expand.reorganize_channels and expand.subnets_per_step == 3
     assert r.data.name == "digits" and r.space.num_classes == 10
     assert r.teacher_phase_index == 0
 

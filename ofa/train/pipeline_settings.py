@@ -47,6 +47,14 @@ class PipelineSettings:
             "help": "table build: most seconds of timing per model once its least blocks are in",
         },
     )
+    lut_block_ms: float = field(
+        default=20.0,
+        metadata={
+            "metavar": "MS",
+            "help": "table build: least milliseconds of calls per timed block (the build times at least 15 "
+            "blocks per model, so this sets its least time)",
+        },
+    )
     int8: bool = field(default=False, metadata={"help": "also export INT8 models and report their accuracy"})
     dtype: Literal["float32", "int8"] = field(
         default="float32",
@@ -71,6 +79,8 @@ class PipelineSettings:
             raise ConfigError(f"{_setting('max_noise_pct')}: expected a positive percentage, got {self.max_noise_pct}")
         if not self.lut_budget_s >= 0:
             raise ConfigError(f"{_setting('lut_budget_s')}: expected seconds >= 0, got {self.lut_budget_s}")
+        if not self.lut_block_ms > 0:
+            raise ConfigError(f"{_setting('lut_block_ms')}: expected milliseconds > 0, got {self.lut_block_ms}")
 
 
 def _setting(name: str) -> str:
