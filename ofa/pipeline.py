@@ -227,10 +227,8 @@ class Pipeline:
         if self.settings.lut is not None:
             given = Path(self.settings.lut)
             table = LatencyTable.load(given).for_space(space)
-            cpu = runtime_info("ort-cpu")["cpu"]
-            elsewhere = (
-                f"; built on {table.meta.get('cpu')}, not this CPU ({cpu})" if table.meta.get("cpu") != cpu else ""
-            )
+            cpu, built_on = runtime_info("ort-cpu")["cpu"], table.meta.get("cpu")
+            elsewhere = f"; built on {built_on}, not this CPU ({cpu})" if built_on != cpu else ""
             self.log(f"[lut] using {given} (given){elsewhere}")
             return given, table
         path = self.out / "latency_table.yaml"
