@@ -2,8 +2,8 @@
 
 `make demo` must finish its whole pipeline in about 100 s here (3× that on a slower machine), and
 training is most of it. Each candidate is a progressive-shrinking schedule for `recipes/digits.yaml`
-(its space, data, optimizer and teacher; only ``phases`` differ); each is trained with ``--seeds`` and judged only on
-the validation split: the largest and the smallest subnet's top-1 at the end, averaged over the
+(its space, data, optimizer and teacher; only ``phases`` differ), trained with ``--seeds`` and
+judged only on the validation split: the largest and the smallest subnet's top-1 at the end, averaged over the
 seeds. A candidate passes when both are within one binomial standard error (on the validation
 images) of the six-phase paper schedule the recipe had before, trained the same way, or above the
 demo's targets (largest ≥ 98.5%, smallest ≥ 97.5%); the chosen schedule is the passing one with the
@@ -40,6 +40,9 @@ TARGETS = {"largest": 98.5, "smallest": 97.5}  # the demo's test targets (top-1 
 REFERENCE = "six_phase"  # the former schedule: a candidate within one standard error of it passes too
 
 
+SANDWICH = {"sandwich": True, "lr": 0.04}
+
+
 def shrinking(full: int, kernel: int, depth: int, expand: int, subnets: int = 2) -> list[dict[str, Any]]:
     """Full network, then elastic kernel, depth and expand ratio, one phase each (sandwich sampling)."""
     later = {"subnets_per_step": subnets, **SANDWICH}
@@ -51,7 +54,6 @@ def shrinking(full: int, kernel: int, depth: int, expand: int, subnets: int = 2)
     ]
 
 
-SANDWICH = {"sandwich": True, "lr": 0.04}
 SIX_PHASES = [  # the paper's stages, the demo's schedule until this benchmark chose a shorter one
     {"name": "full", "kernels": [5], "expands": [4], "depths": [3], "epochs": 8, "lr": 0.1},
     {
@@ -101,6 +103,7 @@ def paper_six(epochs: list[int]) -> list[dict[str, Any]]:
 
 
 def candidates() -> dict[str, list[dict[str, Any]]]:
+    """The schedules tried, by name (``ps4_F-K-D-E``: epochs of the four phases; ``_x3``: 3 subnets per step)."""
     return {
         "ps4_2-1-1-1": shrinking(2, 1, 1, 1),
         "ps4_3-1-1-2": shrinking(3, 1, 1, 2),
