@@ -3,8 +3,9 @@
 Each benchmark runs in its own process (``python -m bench.NAME`` from the repository root), one after
 the other, so none competes with another for the CPU. Results are kept in bench/data/results.json:
 ``--only NAME`` reruns a subset and keeps the other entries; an entry whose command is no longer the
-benchmark's command is kept, marked stale with its date and old command, until the new command runs:
-no row is dropped silently. RESULTS.md is rendered from all entries, and README.md's results table
+benchmark's command is kept, marked stale with its date and old command, until the new command runs,
+and a rerun that fails keeps the figures it would have replaced, marked stale with the failure: no
+row is dropped silently. RESULTS.md is rendered from all entries, and README.md's results table
 (between the ``results:begin`` / ``results:end`` markers) is copied from the same entries, so no figure
 there is typed by hand. ``--quick`` uses smaller settings and writes neither file; ``--render`` runs
 nothing and writes RESULTS.md and README's table again from the stored entries. Long benchmarks run
@@ -603,7 +604,9 @@ def readme_table(runs: list[dict]) -> str:
         if run["exit"] != 0 or not run["result"]:
             figures = f"failed (exit {run['exit']})"
         figures = figures or "see bench/RESULTS.md"
-        if run.get("stale"):
+        if run.get("failed_rerun"):
+            figures = f"stale ({run.get('date', '?')}; rerun {run['failed_rerun']['date']} failed): {figures}"
+        elif run.get("stale"):
             figures = f"stale ({run.get('date', '?')}, older command): {figures}"
         lines.append(
             f"| {run['name']} | {figures} | `{run['command']}` | {run.get('date', '')}, {run.get('machine', '')} |"
@@ -627,12 +630,34 @@ def current(entries: list[dict]) -> dict[str, dict]:
         if r["name"] not in BENCHMARKS:
             continue
         now = command_text(BENCHMARKS[r["name"]].command)
-        kept[r["name"]] = {**r, "stale": r["command"] != now}
+        kept[r["name"]] = {**r, "stale": r["command"] != now or "failed_rerun" in r}
     return kept
+
+
+def merge(kept: dict[str, dict], runs: list[dict]) -> dict[str, dict]:
+    """The stored entries with these runs over them; a run that failed keeps the last figures it would have
+    replaced, marked stale with the failure (its date and exit), so no row's figures are lost to it."""
+    merged = dict(kept)
+    for run in runs:
+        old = kept.get(run["name"])
+        failed = run["exit"] != 0 or not run["result"]
+        good_before = old is not None and old["exit"] == 0 and bool(old["result"])
+        if failed and good_before:
+            merged[run["name"]] = {**old, "stale": True, "failed_rerun": {"date": run.get("date"), "exit": run["exit"]}}
+        else:
+            merged[run["name"]] = run
+    return merged
 
 
 def stale_note(run: dict) -> str:
     """The line a stale entry carries in RESULTS.md and README."""
+    failed = run.get("failed_rerun")
+    if failed:
+        return (
+            f"**stale**: measured {run.get('date', '?')}; its rerun on {failed['date']} failed (exit "
+            f"{failed['exit']}), so these are the last figures it gave (rerun: `python -m bench.run_all --only "
+            f"{run['name']}`)"
+        )
     now = command_text(BENCHMARKS[run["name"]].command)
     return (
         f"**stale**: measured {run.get('date', '?')} with `{run['command']}`; the benchmark's command is now "
@@ -654,7 +679,7 @@ def main() -> int:
         return 0 if all(r["exit"] == 0 for r in runs) else 1
     # Read the store only now, so a run_all that finished meanwhile (another --only) is kept.
     kept = current(json.loads(store.read_text())) if store.is_file() else {}
-    merged = {**kept, **{r["name"]: r for r in runs}}
+    merged = merge(kept, runs)
     ordered = [merged[name] for name in BENCHMARKS if name in merged]
     write_json(store, ordered)
     write_text(args.out, render(ordered))

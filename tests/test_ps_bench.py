@@ -173,6 +173,25 @@ def test_run_all_keeps_a_row_whose_command_changed_marked_stale():
     assert "stale" not in run_all.render([run_all.current([fresh])[name]])
 
 
+def test_a_failed_rerun_keeps_the_last_good_figures_marked_stale():
+    name = "search_speed"
+    command = run_all.command_text(run_all.BENCHMARKS[name].command)
+    good = {"name": name, "command": command, "meaning": "", "exit": 0, "seconds": 1.0, "date": "2026-11-01",
+            "machine": "m", "result": {"seconds": 0.9}}  # fmt: skip
+    failed = {**good, "exit": 1, "date": "2026-12-02", "result": {}}
+    (kept,) = run_all.merge({name: good}, [failed]).values()
+    assert (
+        kept["result"] == {"seconds": 0.9}
+        and kept["stale"]
+        and kept["failed_rerun"] == {"date": "2026-12-02", "exit": 1}
+    )
+    assert "its rerun on 2026-12-02 failed (exit 1)" in run_all.render([kept])
+    assert "stale (2026-11-01; rerun 2026-12-02 failed): seconds 0.9" in run_all.readme_table([kept])
+    assert run_all.current([kept])[name]["stale"]  # read back from results.json, still stale
+    assert run_all.merge({}, [failed])[name] == failed  # nothing to keep: the failure is the row
+    assert run_all.merge({name: good}, [{**good, "date": "2026-12-03"}])[name]["date"] == "2026-12-03"
+
+
 def test_every_stored_entry_stays_and_one_measured_with_an_older_command_is_marked_stale_in_results_md():
     """A registry command that changes (as when the scripts became `python -m bench.NAME`) drops no stored
     row: bench/RESULTS.md marks each row measured with another command stale, with its date and old command."""
