@@ -31,6 +31,7 @@ import yaml
 from bench.common import DATA, ROOT
 from ofa.data.datasets import build_data
 from ofa.train.loop import train
+from ofa.train.ps_report import corners
 from ofa.train.recipe import load_recipe
 
 BASE = ROOT / "recipes" / "digits.yaml"
@@ -126,10 +127,13 @@ def final_validation(run: Path) -> dict[str, Any]:
     """The largest and smallest subnet's validation top-1 at the end, and the training seconds."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     last = [r for r in rows if r.get("kind") == "eval" and r.get("split") == "val"][-1]
-    subnets = list(last["subnets"].values())
-    by_macs = sorted(subnets, key=lambda s: (s["arch"]["resolution"], sum(s["arch"]["depths"])))
+    found = corners(load_recipe(run / "recipe.yaml").space, last["subnets"])
     seconds = max(r["elapsed_s"] for r in rows if r.get("kind") == "phase")  # since training began
-    return {"val_largest": by_macs[-1]["top1"], "val_smallest": by_macs[0]["top1"], "train_seconds": seconds}
+    return {
+        "val_largest": found["largest"]["top1"],
+        "val_smallest": found["smallest"]["top1"],
+        "train_seconds": seconds,
+    }
 
 
 def run_one(name: str, phases: list[dict[str, Any]], seed: int, base: dict[str, Any]) -> dict[str, Any]:
