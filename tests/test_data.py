@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from ofa.data.config import DataConfig
-from ofa.data.datasets import build_data, data_from_meta
+from ofa.data.datasets import ImageSplit, build_data, data_from_meta
 from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch
 from ofa.utils.config import ConfigError
 from ofa.utils.errors import OFAError
@@ -67,6 +67,17 @@ def test_augmentation_is_seeded_per_epoch_and_train_only():
     plain = build_data({"name": "digits", "image_size": 16, "augment": "none"})
     assert torch.equal(plain.test[0][0], b.test[0][0])  # evaluation images are never augmented
     assert b.mean == plain.mean
+
+
+def test_deterministic_splits_keep_each_image_once_transformed_and_augmented_ones_do_not():
+    b = build_data({"name": "digits", "image_size": 16})
+    first = b.val[3][0]
+    assert b.val[3][0] is first and len(b.val.memo) == 1  # the second read is the kept tensor
+    fresh = ImageSplit(b.val.source, b.val.indices, b.val.transform)
+    assert fresh.memo is None and torch.equal(fresh[3][0], first)  # the same image as transforming anew
+    assert b.train.memo is None  # augmented: a new image every epoch
+    plain = build_data({"name": "digits", "image_size": 16, "augment": "none"})
+    assert plain.train.memo is not None and torch.equal(plain.train[7][0], plain.train[7][0])
 
 
 def test_synthetic_is_configurable_deterministic_and_learnable():

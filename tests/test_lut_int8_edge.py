@@ -118,3 +118,37 @@ def test_executorch_int8_program_is_quantized_and_names_its_float_ops():
         want = module(torch.from_numpy(x)).numpy()
     got = executorch_backend.load_infer(pte, 1)(x)
     assert got.shape == want.shape and 0 < np.abs(got - want).max() < 0.1  # INT8: close, not bitwise
+
+
+def test_executorch_quantizer_without_its_qat_patterns_quantizes_bit_for_bit_the_same():
+    """`quantize` leaves out the conv+BN patterns (QAT's; BN is folded first) that cost most of its time."""
+    pytest.importorskip("executorch")
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4))
+    module[1].running_mean.uniform_(-1, 1)  # BN statistics that matter once folded
+    module[4].running_var.uniform_(0.5, 2)
+    module.eval()
+    batches = [torch.from_numpy(np.random.default_rng(i).standard_normal((1, 3, 8, 8), np.float32)) for i in range(2)]
+    ours = executorch_backend.quantize(module, [b.numpy() for b in batches])
+    shipped = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    assert any(p.is_qat for p in shipped.SUPPORTED_PATTERNS)  # there is something to leave out
+    with torch.no_grad():  # the quantizer as shipped: every pattern traced
+        prepared = prepare_pt2e(torch.export.export(module, (batches[0],)).module(), shipped)
+        for batch in batches:
+            prepared(batch)
+        theirs = convert_pt2e(prepared)
+
+    def ops(graph: torch.fx.GraphModule) -> list[tuple]:  # each op with its constants (scales, zero points)
+        calls = [n for n in graph.graph.nodes if n.op == "call_function" and "guards" not in n.name]
+        return [(n.target, *(a for a in n.args if not isinstance(a, torch.fx.Node))) for n in calls]
+
+    assert ops(ours) == ops(theirs) and sum("quantize_per_tensor" in str(op[0]) for op in ops(ours)) >= 2
+    x = torch.from_numpy(np.random.default_rng(9).standard_normal((1, 3, 8, 8), np.float32))
+    assert torch.equal(ours(x), theirs(x))
+    assert all(torch.equal(v, theirs.state_dict()[k]) for k, v in ours.state_dict().items())

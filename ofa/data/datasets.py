@@ -73,13 +73,25 @@ class ImageSplit(Dataset):
     Random transforms draw from torch's RNG re-seeded per (seed, epoch, source index), inside a
     forked RNG so the caller's stream is untouched: results do not depend on worker count, batch
     position or where a run was resumed. ``set_epoch`` selects the epoch.
+
+    ``memo`` keeps each transformed image of a deterministic split (evaluation, or training without
+    augmentation) after its first read: a supernet's evaluations read the same images once per
+    subnet, and the transform costs more than the forward pass of a small model. Only for sources
+    already held in memory (the tensor data sets), whose transformed copy is of the same order.
     """
 
     def __init__(
-        self, source: Dataset, indices: Sequence[int], transform: Callable, seed: int = 0, random: bool = False
+        self,
+        source: Dataset,
+        indices: Sequence[int],
+        transform: Callable,
+        seed: int = 0,
+        random: bool = False,
+        memo: bool = False,
     ) -> None:
         self.source, self.indices, self.transform = source, np.asarray(indices, dtype=np.int64), transform
         self.seed, self.random, self.epoch = seed, random, 0
+        self.memo: dict[int, torch.Tensor] | None = {} if memo and not random else None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -90,6 +102,10 @@ class ImageSplit(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         index = int(self.indices[i])
         image, label = self.source[index]
+        if self.memo is not None:
+            if index not in self.memo:
+                self.memo[index] = self.transform(image)
+            return self.memo[index], int(label)
         if not self.random:
             return self.transform(image), int(label)
         with torch.random.fork_rng(devices=[]):
@@ -303,9 +319,9 @@ def build_data(data_cfg: Mapping[str, Any] | DataConfig, source: str = "data") -
         mean, std = _stats(pool, train_idx, probe, cfg.seed)
     train_tf, eval_tf = _transforms(cfg.augment, cfg.image_size, mean, std, pil)
     return DataBundle(
-        train=ImageSplit(pool, train_idx, train_tf, cfg.seed, random=cfg.augment != "none"),
-        val=ImageSplit(pool, val_idx, eval_tf),
-        test=ImageSplit(test_src, test_idx, eval_tf),
+        train=ImageSplit(pool, train_idx, train_tf, cfg.seed, random=cfg.augment != "none", memo=not pil),
+        val=ImageSplit(pool, val_idx, eval_tf, memo=not pil),
+        test=ImageSplit(test_src, test_idx, eval_tf, memo=not pil),
         num_classes=len(names),
         class_names=names,
         mean=tuple(mean),
