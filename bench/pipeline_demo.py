@@ -61,6 +61,7 @@ def main() -> int:
     summary = {
         "pipeline_seconds": round(seconds, 1),
         **training_summary(args.out),
+        "stage_seconds": result.seconds,
         "parity_max_abs": max(e["parity_max_abs"] for e in exports),
         "exports": exports,
     }

@@ -214,9 +214,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "pipeline_demo": Benchmark(
         ["-m", "bench.pipeline_demo", "--json"],
-        "`ofa pipeline recipes/digits.yaml` in a fresh folder: training and pipeline wall time, test top-1 of "
-        "the largest and smallest subnet (targets: pipeline ≤ 100 s, ≥ 98.5% / ≥ 97.5%), and per exported model "
-        "its ONNX parity, test top-1 and predicted vs measured latency",
+        "`ofa pipeline recipes/digits.yaml` in a fresh folder: training, per-stage and pipeline wall time, test "
+        "top-1 of the largest and smallest subnet (targets: pipeline ≤ 100 s, ≥ 98.5% / ≥ 97.5%), and per "
+        "exported model its ONNX parity, test top-1 and predicted vs measured latency",
         ["-m", "bench.pipeline_demo", "--json"],
         {
             "train_seconds": "training s",

@@ -10,7 +10,6 @@ import pytest
 from conftest import TINY_RECIPE as RECIPE
 from conftest import known_call_ms, onnx_top1
 
-from ofa import pipeline as pipeline_module
 from ofa.cli import main
 from ofa.data.datasets import build_data
 from ofa.export.result import BudgetVerdict
@@ -19,6 +18,7 @@ from ofa.lut import build as lut_build
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.timing import Standalone, time_models
 from ofa.pipeline import Pipeline, PipelineConfig, budget_cell, budget_notes, round_up
+from ofa.pipeline import stages as pipeline_module
 from ofa.train import load_recipe
 from ofa.utils.errors import OFAError
 from ofa.utils.io import read_yaml
@@ -29,7 +29,7 @@ FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
 def run(cfg: PipelineConfig) -> tuple[dict, list[str], list[str]]:
     lines: list[str] = []
     result = Pipeline(cfg, log=lines.append).run()
-    return {"rows": result.rows, "plots": result.plots}, result.ran, lines
+    return {"rows": result.rows, "plots": result.plots, "seconds": result.seconds}, result.ran, lines
 
 
 def test_pipeline_end_to_end_and_resume(tmp_path, monkeypatch):
@@ -69,10 +69,15 @@ def test_pipeline_end_to_end_and_resume(tmp_path, monkeypatch):
         assert r["predicted_ms"] <= r["target_ms"] + 1e-9
         assert r["test_top1"] == onnx_top1(r["onnx"], test_images) and r["measured_ms"] == 0.25 and r["macs"] > 0
     assert "| target ms |" in (out / "summary.md").read_text()
+    seconds = summary["seconds"]  # where the time went, in the summary files too
+    assert list(seconds) == ["train", "collect", "lut", "fit", "search", "export"] and seconds["train"] > 0
+    assert json.loads((out / "summary.json").read_text())["stage_seconds"] == seconds
+    assert f"train {seconds['train']:.1f}" in (out / "summary.md").read_text()
 
     # Rerun: everything is up to date, no verb runs, same summary.
     again, calls, lines = run(cfg)
     assert calls == []
+    assert again["seconds"]["train"] < seconds["train"]  # skipped: the check of its inputs only
     assert sum("up to date" in line for line in lines) == 8
     assert again["rows"] == rows
 

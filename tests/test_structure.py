@@ -182,11 +182,13 @@ def test_functions_are_short_and_take_few_parameters():
 
 def test_pipeline_stages_are_library_calls():
     """The pipeline reaches no stage through the CLI, a subprocess, importlib or argv lists."""
-    path = MODULES["ofa.pipeline"]
-    names = {name for name, _, _ in imports_of("ofa.pipeline", path)}
-    assert not {n for n in names if n.split(".")[0] in ("subprocess", "importlib") or layer_of(n) == "cli"}
-    text = path.read_text()
-    assert "argv" not in text and "main(" not in text
+    package = {m: p for m, p in MODULES.items() if layer_of(m) == "pipeline"}
+    assert {"ofa.pipeline", "ofa.pipeline.stages", "ofa.pipeline.summary"} <= set(package)
+    for module, path in package.items():
+        names = {name for name, _, _ in imports_of(module, path)}
+        assert not {n for n in names if n.split(".")[0] in ("subprocess", "importlib") or layer_of(n) == "cli"}
+        text = path.read_text()
+        assert "argv" not in text and "main(" not in text, module
 
 
 FAMILY_PACKAGES = sorted(p.name for p in (ROOT / "ofa" / "families").iterdir() if (p / "__init__.py").is_file())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
@@ -25,9 +26,10 @@ from ofa.data.datasets import DataBundle, data_from_meta
 from ofa.export.export import ExportConfig, export_subnet
 from ofa.export.int8_accuracy import int8_top1
 from ofa.families.family import Space, Supernet
-from ofa.families.registry import arch_from_dict, load_arch, load_supernet
+from ofa.families.registry import load_arch, load_supernet
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.timing import Standalone
+from ofa.pipeline.summary import budget_notes, format_seconds, format_summary, summary_row
 from ofa.runtime.runtimes import runtime_info
 from ofa.train import Recipe, load_recipe, train
 from ofa.train.distributed import DistEnv, process_group
@@ -119,6 +121,7 @@ class PipelineResult:
     plots: list[str] = field(default_factory=list)
     pareto: str = ""
     ran: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall seconds of each stage (skipped ones: ~0)
 
 
 def digest(parts: Sequence[Any]) -> str:
@@ -135,6 +138,7 @@ class Pipeline:
         self.state_path = self.out / "pipeline.json"
         self.state: dict[str, Any] = read_json(self.state_path, "pipeline state") if self.state_path.is_file() else {}
         self.ran: list[str] = []
+        self.seconds: dict[str, float] = {}
         self.env = DistEnv.single_process()
         self.settings = replace(PipelineSettings(), **cfg.given())  # the recipe's section joins in `run`
 
@@ -144,11 +148,14 @@ class Pipeline:
         return [] if self.settings.dtype == "float32" else [self.settings.dtype]
 
     def stage(self, name: str, work: Callable[[], T]) -> T:
-        """Run one stage; its failure is reported as that stage's own one-line error."""
+        """Run one stage, timed; its failure is reported as that stage's own one-line error."""
+        start = time.perf_counter()
         try:
             return work()
         except OFAError as exc:
             raise OFAError(f"stage '{name}': {exc} (fix it and rerun the pipeline: finished stages are kept)") from None
+        finally:
+            self.seconds[name] = round(time.perf_counter() - start, 1)
 
     def done(self, stage: str, key: str, outputs: Sequence[Path]) -> bool:
         if self.state.get(stage) == key and all(p.exists() for p in outputs):
@@ -317,11 +324,16 @@ class Pipeline:
         rows = [summary_row(space, read_json(p, "export summary"), p) for p in exports]
         table = "\n".join([format_summary(rows), *(f"\n{line}" for line in budget_notes(rows))])
         pngs = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*.png"))
-        result = PipelineResult(rows, pngs, str(search_dir / "pareto.png"), self.ran)
-        write_json(self.out / "summary.json", {"rows": rows, "plots": pngs, "pareto": result.pareto})
-        write_text(self.out / "summary.md", "# Pipeline summary\n\n" + table + "\n\nPlots: " + ", ".join(pngs) + "\n")
+        result = PipelineResult(rows, pngs, str(search_dir / "pareto.png"), self.ran, dict(self.seconds))
+        summary = {"rows": rows, "plots": pngs, "pareto": result.pareto, "stage_seconds": result.seconds}
+        write_json(self.out / "summary.json", summary)
+        seconds = format_seconds(result.seconds)
+        write_text(
+            self.out / "summary.md",
+            f"# Pipeline summary\n\n{table}\n\n{seconds}\n\nPlots: {', '.join(pngs)}\n",
+        )
         self.log("\n" + table)
-        self.log(f"\nplots: {', '.join(pngs)}\nsummary: {self.out / 'summary.md'}")
+        self.log(f"\n{seconds}\nplots: {', '.join(pngs)}\nsummary: {self.out / 'summary.md'}")
         return result
 
 
@@ -331,69 +343,3 @@ def run_pipeline(cfg: PipelineConfig, log: Callable[[str], None] = print) -> Pip
     Raises ``OFAError`` naming the failing stage (bad recipe, unreadable table, unreachable budget...).
     """
     return Pipeline(cfg, log).run()
-
-
-def summary_row(space: Space, result: dict[str, Any], source: Path) -> dict[str, Any]:
-    """One line of the closing table from an ``<name>.export.json`` written by the export (of ``space``)."""
-    arch = arch_from_dict(space, result["arch"], str(source))
-    latency = result.get("latency_int8" if result.get("table_dtype") == "int8" else "latency_fp32") or {}
-    return {
-        "target_ms": arch.extra.get("target_ms"),
-        "arch": arch.short(),
-        "predicted_top1": result.get("predicted_top1"),
-        "test_top1": result.get("top1_fp32"),
-        "predicted_ms": result.get("predicted_latency_ms"),
-        "measured_ms": latency.get("mean_ms"),
-        "macs": result.get("macs"),
-        "params": result.get("params"),
-        "onnx": result.get("onnx_path"),
-        "int8_top1": result.get("top1_int8"),
-        "table_noise_pct": result.get("table_noise_pct"),
-        "budget": result.get("budget"),
-    }
-
-
-def budget_cell(budget: dict[str, Any] | None) -> str:
-    """``met`` or ``OVER +N%`` (more than the table's noise over the budget)."""
-    if not budget:
-        return "-"
-    return f"OVER {budget['over_pct']:+.0f}%" if budget["over_budget"] else "met"
-
-
-def budget_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """One line per subnet over its budget, then the table's noise once."""
-    lines = [
-        f"target {r['target_ms']:g} ms: {r['budget']['line']}"
-        for r in rows
-        if (r.get("budget") or {}).get("over_budget")
-    ]
-    noise = [r["table_noise_pct"] for r in rows if r.get("table_noise_pct") is not None]
-    if noise:
-        lines.append(f"table noise: ±{max(noise):.1f}% (95% interval of its whole subnets' figures, worst resolution)")
-    return lines
-
-
-def format_summary(rows: list[dict[str, Any]]) -> str:
-    """Markdown table; it reads well on a terminal too."""
-
-    def num(value: Any, fmt: str) -> str:
-        return "-" if value is None else format(value, fmt)
-
-    head = ["target ms", "arch", "pred top1 %", "test top1 %", "pred ms", "measured ms", "budget", "MMACs",
-            "params (k)", "ONNX"]  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    for r in rows:
-        cells = [
-            num(r["target_ms"], "g"),
-            r["arch"],
-            num(r["predicted_top1"], ".2f"),
-            num(r["test_top1"], ".2f"),
-            num(r["predicted_ms"], ".3f"),
-            num(r["measured_ms"], ".3f"),
-            budget_cell(r.get("budget")),
-            num(None if r["macs"] is None else r["macs"] / 1e6, ".2f"),
-            num(None if r["params"] is None else r["params"] / 1e3, ".1f"),
-            str(r["onnx"]),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
