@@ -263,6 +263,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         "shipped mbv3 table vs 50 measured whole subnets per resolution (target ≥ 90% within ±10%, "
         "Spearman ≥ 0.95 per resolution)",
     ),
+    "lut_check_mbv3_int8": lut_check_bench(
+        "mbv3_ort-cpu_int8_t1_b1.yaml",
+        50,
+        [],
+        "an INT8 ONNX Runtime mbv3 table (every timed model quantized as export quantizes: QDQ U8S8, per-channel "
+        "weights) vs 50 whole INT8 subnets per resolution, quantized the same way (target ≥ 90% within ±10%, "
+        "Spearman ≥ 0.95 per resolution)",
+    ),
     "lut_check_proxyless": lut_check_bench(
         "proxyless_ort-cpu_t1_b1.yaml",
         30,
