@@ -155,7 +155,7 @@ def test_missing_runtime_is_one_line_naming_the_extra(net, monkeypatch, tmp_path
     assert not (tmp_path / "m.onnx").exists()
     with pytest.raises(OFAError, match=r"ofa-toolkit\[openvino\]"):
         check_backend("openvino-cpu")
-    with pytest.raises(OFAError, match=r"--format: unknown format 'tflite'"):
+    with pytest.raises(OFAError, match=r"formats / --format: unknown format 'tflite'"):
         ExportConfig(tmp_path / "m.onnx", formats=("tflite",))
     rc = main(["lut", "build", "--space", "mbv3", "--out", str(tmp_path / "t.yaml"), "--backend", "openvino-cpu"])
     err = capsys.readouterr().err.strip().splitlines()

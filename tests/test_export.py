@@ -295,6 +295,12 @@ def test_cli_errors(net, ckpt, tmp_path, capsys):
             "--no-latency",
         ],
         "--int8 needs training images": ["--supernet", str(ckpt), "--arch", str(arch_path), "--out", out, "--int8"],
+        "calib_batches / --calib-batches: must be >= 0, got -1": [
+            *("--supernet", str(ckpt), "--arch", str(arch_path), "--out", out, "--calib-batches", "-1"),
+        ],
+        "int8 / --int8 needs calibration images: calib_batches / --calib-batches must be > 0": [
+            *("--supernet", str(ckpt), "--arch", str(arch_path), "--out", out, "--int8", "--calib-batches", "0"),
+        ],
         "missing.json: arch file not found": [
             "--supernet",
             str(ckpt),

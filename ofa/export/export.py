@@ -14,6 +14,7 @@ card and the summary next to the ``.onnx``. Nothing is written unless every chec
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 from dataclasses import asdict, dataclass, field, replace
@@ -55,6 +56,7 @@ from ofa.runtime.formats import check_format, require
 from ofa.runtime.runtimes import OrtModel
 from ofa.train.bn import recalibrate_bn
 from ofa.utils.errors import OFAError, SpaceError
+from ofa.utils.fields import field_label
 from ofa.utils.io import file_sha256
 from search.latency import LatencyTable
 
@@ -109,14 +111,17 @@ class ExportConfig:
         object.__setattr__(self, "out", Path(self.out))
         folder_layout(self.out)
         check_opset(self.opset)
-        if self.calib_batches < 0 or self.batch_size < 1:
-            raise OFAError("--calib-batches must be >= 0 and --batch-size >= 1")
+        label = functools.partial(field_label, ExportConfig)
+        if self.calib_batches < 0:
+            raise OFAError(f"{label('calib_batches')}: must be >= 0, got {self.calib_batches}")
+        if self.batch_size < 1:
+            raise OFAError(f"{label('batch_size')}: must be >= 1, got {self.batch_size}")
         if self.int8 and self.calib_batches == 0:
-            raise OFAError("--int8 needs calibration images: --calib-batches must be > 0")
+            raise OFAError(f"{label('int8')} needs calibration images: {label('calib_batches')} must be > 0")
         try:
             chosen = tuple(dict.fromkeys(check_format(f) for f in self.formats if f != "onnx"))
         except OFAError as exc:
-            raise OFAError(f"--format: {exc}") from None
+            raise OFAError(f"{label('formats')}: {exc}") from None
         for fmt in chosen:
             require(fmt)
         object.__setattr__(self, "formats", chosen)
