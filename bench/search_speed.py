@@ -29,11 +29,14 @@ from search.search_config import EvolutionConfig, SearchConfig
 
 
 def latency_model(preset: str = "mbv3") -> tuple[Space, object, str]:
-    """(space, latency, label): the table of the ``preset`` space (``latency_tables/*<preset>*.yaml``) and the
-    space it was measured for (the preset, or its subset of resolutions), else the preset space with a
-    synthetic cost (MACs plus a per-layer charge, more with squeeze-excite)."""
+    """(space, latency, label): the table of the ``preset`` space (``latency_tables/*<preset>*.yaml``, the
+    default backend's float32 table first) and the space it was measured for (the preset, or its subset of
+    resolutions), else the preset space with a synthetic cost (MACs plus a per-layer charge, more with
+    squeeze-excite)."""
     why = f"no latency_tables/*{preset}*.yaml yet"
-    for path in sorted((ROOT / "latency_tables").glob(f"*{preset}*.yaml")):
+    tables = sorted((ROOT / "latency_tables").glob(f"*{preset}*.yaml"))
+    default = ROOT / "latency_tables" / f"{preset}_ort-cpu_t1_b1.yaml"
+    for path in sorted(tables, key=lambda p: p != default):
         try:
             table = LatencyTable.load(path)
         except OFAError as exc:
