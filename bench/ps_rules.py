@@ -8,7 +8,9 @@ synthetic numbers (``tests/test_ps_rules.py``) and the long runs cannot bend it:
 - `ladder`: the convergence ladder E, 2E, 4E, ...: a doubling *gains* only if the seed-mean
   validation gain exceeds max(``GAIN_FLOOR``, ``SE_MULTIPLE`` x its standard error); the first
   doubling that does not gain stops it (converged at the epoch count it started from), and the
-  doubling after the stop is run too, as a sensitivity row.
+  doubling after the stop is run too, as a sensitivity row. Past ``one_seed_after`` epochs (the
+  augmented study's long runs) one seed a level is enough: the gain's standard error then takes the
+  seed variance pooled over the levels that have every seed.
 - `best_level`: the twin a PS subnet is judged against, the epoch count with the best validation mean.
 - `paper_split` / `compute_matched_total`: the paper's phase order scaled to a budget of epochs.
 """
@@ -78,13 +80,21 @@ class Gain:
         return self.mean > self.threshold
 
 
-def doubling_gain(start: int, end: int, before: Sequence[float], after: Sequence[float]) -> Gain:
+def doubling_gain(
+    start: int, end: int, before: Sequence[float], after: Sequence[float], seed_var: float | None = None
+) -> Gain:
     """Mean(after) - mean(before) with the standard error of a difference of two independent means
-    (the seeds' runs at two lengths are not paired); the bar is max(GAIN_FLOOR, SE_MULTIPLE x SE)."""
-    if min(len(before), len(after)) < MIN_SEEDS:
+    (the seeds' runs at two lengths are not paired); the bar is max(GAIN_FLOOR, SE_MULTIPLE x SE).
+
+    ``seed_var``: the seed variance of one run, used for both sides instead of their own (a side of one
+    seed has none); without it each side needs ``MIN_SEEDS`` seeds."""
+    if seed_var is None and min(len(before), len(after)) < MIN_SEEDS:
         raise ValueError(f"a doubling is judged on >= {MIN_SEEDS} seeds a side, got {len(before)} and {len(after)}")
     mean = statistics.mean(after) - statistics.mean(before)
-    se = math.sqrt(statistics.variance(after) / len(after) + statistics.variance(before) / len(before))
+    var_after, var_before = (
+        (seed_var, seed_var) if seed_var is not None else (statistics.variance(after), statistics.variance(before))
+    )
+    se = math.sqrt(var_after / len(after) + var_before / len(before))
     return Gain(start, end, mean, se, max(GAIN_FLOOR, SE_MULTIPLE * se))
 
 
@@ -112,20 +122,41 @@ class Ladder:
         )
 
 
+def seeds_at(epochs: int, seeds: int, one_seed_after: int | None = None) -> int:
+    """Seeds a ladder level of ``epochs`` needs: all of them, or one past ``one_seed_after`` epochs."""
+    return 1 if one_seed_after is not None and epochs > one_seed_after else seeds
+
+
+def pooled_seed_variance(val: Mapping[int, Sequence[float]], seeds: int) -> float | None:
+    """The mean seed variance of the levels run with ``seeds`` (>= 2) seeds; None where there is none."""
+    variances = [statistics.variance(v[:seeds]) for v in val.values() if len(v) >= max(seeds, MIN_SEEDS)]
+    return statistics.mean(variances) if variances else None
+
+
 def ladder(
-    start: int, val: Mapping[int, Sequence[float]], seeds: int = MIN_SEEDS, doublings: int = MAX_DOUBLINGS
+    start: int,
+    val: Mapping[int, Sequence[float]],
+    seeds: int = MIN_SEEDS,
+    doublings: int = MAX_DOUBLINGS,
+    one_seed_after: int | None = None,
 ) -> Ladder:
-    """The ladder's state from the validation top-1 per seed at each epoch count run so far."""
+    """The ladder's state from the validation top-1 per seed at each epoch count run so far (one seed a
+    level past ``one_seed_after`` epochs, see `seeds_at`)."""
     levels, gains, converged, level = [start], [], None, start
 
+    def need(epochs: int) -> int:
+        return seeds_at(epochs, seeds, one_seed_after)
+
     def complete(epochs: int) -> bool:
-        return len(val.get(epochs, ())) >= seeds
+        return len(val.get(epochs, ())) >= need(epochs)
 
     while len(levels) <= doublings:
         levels.append(2 * level)
         if not (complete(level) and complete(2 * level)):
             break
-        gains.append(doubling_gain(level, 2 * level, val[level][:seeds], val[2 * level][:seeds]))
+        before, after = val[level][: need(level)], val[2 * level][: need(2 * level)]
+        pooled = pooled_seed_variance(val, seeds) if min(len(before), len(after)) < seeds else None
+        gains.append(doubling_gain(level, 2 * level, before, after, pooled))
         if converged is not None:
             break  # that was the sensitivity row
         if not gains[-1].gains:

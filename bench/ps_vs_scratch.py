@@ -76,6 +76,7 @@ class BenchConfig:
     lr_factors: tuple[float, ...] = rules.LR_FACTORS
     lr_extensions: int = rules.LR_EXTENSIONS
     doublings: int = rules.MAX_DOUBLINGS  # 0: no convergence ladder (twins at E only)
+    one_seed_after: int | None = None  # ladder levels past this many epochs run the first seed only
     cache: Path = DEFAULT_CACHE
     side: str = "both"  # "ps" or "scratch": run one side's pending runs only
     threads: int | None = None  # torch threads of this process; None: torch's default
@@ -153,7 +154,7 @@ def _ladder(b: Bench, arch: Arch, lr: float) -> tuple[rules.Ladder, dict[int, di
     records: dict[int, dict[int, dict[str, Any]]] = {}
     while True:
         val = {e: [r["val_top1"] for r in by_seed.values()] for e, by_seed in records.items()}
-        state = rules.ladder(b.epochs, val, len(b.cfg.seeds), b.cfg.doublings)
+        state = rules.ladder(b.epochs, val, len(b.cfg.seeds), b.cfg.doublings, b.cfg.one_seed_after)
         new = [e for e in state.levels if e not in records]
         if not new:
             return state, records
@@ -179,9 +180,8 @@ def twin_state(b: Bench, name: str, arch: Arch) -> TwinState:
     lr = b.base_lr * grid.best
     state, records = _ladder(b, arch, lr)
     if state.pending:
-        runs = tuple(
-            ScratchRun(arch, lr, e, s) for e in state.pending for s in b.cfg.seeds if s not in records.get(e, {})
-        )
+        need = {e: b.cfg.seeds[: rules.seeds_at(e, len(b.cfg.seeds), b.cfg.one_seed_after)] for e in state.pending}
+        runs = tuple(ScratchRun(arch, lr, e, s) for e in state.pending for s in need[e] if s not in records.get(e, {}))
         return TwinState(runs, f"{name}: the ladder waits on {', '.join(map(str, state.pending))} epochs", None)
     levels = {e: _level(records[e]) for e in state.levels}
     val = {e: level["val_seeds"] for e, level in levels.items()}
@@ -295,6 +295,7 @@ def report(b: Bench) -> dict[str, Any]:
         "recipe": str(b.path),
         "recipe_digest": recipe_digest(b.recipe),
         "seeds": list(b.cfg.seeds),
+        "one_seed_after": b.cfg.one_seed_after,
         "subnet_seed": b.cfg.subnet_seed,
         "train_images": len(b.data.train),
         "val_images": len(b.data.val),
@@ -315,10 +316,14 @@ def report(b: Bench) -> dict[str, Any]:
     }
 
 
+def one_seed_text(epochs: int | None) -> str:
+    return "" if epochs is None else f" (the first only past {epochs} epochs)"
+
+
 def print_report(r: dict[str, Any]) -> None:
     print(
         f"{r['recipe']}: {r['train_images']} train / {r['val_images']} validation / {r['test_images']} test images, "
-        f"seeds {r['seeds']}; choices on validation, test read for this table"
+        f"seeds {r['seeds']}{one_seed_text(r.get('one_seed_after'))}; choices on validation, test read for this table"
     )
     print(
         f"{'subnet':<9} {'MMACs':>6} {'PS val':>6} {'PS test':>7} {'lr':>7} {'conv.':>5} {'twin@':>5} "
@@ -360,6 +365,9 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, argparse.Namespace]
     p.add_argument("--lr-extensions", type=int, default=rules.LR_EXTENSIONS, help="most grid extensions a side")
     p.add_argument("--doublings", type=int, default=rules.MAX_DOUBLINGS, help="most doublings of the ladder")
     p.add_argument("--no-convergence", action="store_true", help="no convergence ladder (--doublings 0)")
+    p.add_argument(
+        "--one-seed-after", type=int, metavar="EPOCHS", help="ladder levels past EPOCHS run the first seed only"
+    )
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="folder of finished runs")
     p.add_argument("--side", choices=["both", "ps", "scratch"], default="both", help="run one side's runs only")
     p.add_argument("--subnets", nargs="+", default=[], help="twins of these only (smallest middle largest random_N)")
@@ -373,6 +381,8 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, argparse.Namespace]
         p.error("need --scratch-epochs >= 2 and --random, --doublings, --lr-extensions >= 0")
     if len(set(a.seeds)) != len(a.seeds) or (doublings and len(a.seeds) < rules.MIN_SEEDS):
         p.error(f"need distinct seeds, >= {rules.MIN_SEEDS} of them for the ladder (or --no-convergence)")
+    if a.one_seed_after is not None and a.one_seed_after < (a.scratch_epochs or 2):
+        p.error("--one-seed-after must be >= --scratch-epochs: the first levels give the seed variance")
     try:
         worker = parse_worker(a.worker)
     except ValueError as exc:
@@ -388,6 +398,7 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, argparse.Namespace]
         lr_factors=tuple(a.lr_factors),
         lr_extensions=a.lr_extensions,
         doublings=doublings,
+        one_seed_after=a.one_seed_after,
         cache=a.cache,
         side=a.side,
         threads=a.threads,

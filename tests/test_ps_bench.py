@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from conftest import TINY_RECIPE
 
 from bench import ps_ablation, ps_vs_scratch, run_all
 from bench import ps_rules as rules
+from bench.ps_runs import ScratchRun
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,6 +82,36 @@ def test_plan_lists_what_the_rules_ask_for_next(tmp_path, capsys):
     with pytest.raises(SystemExit):  # one seed cannot judge a doubling
         ps_vs_scratch.main([*argv, "--seeds", "0"])
     assert "--no-convergence" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the levels below the cap give the seed variance: the cap is >= E
+        ps_vs_scratch.main([*argv, "--one-seed-after", "1"])
+    assert "--one-seed-after must be >= --scratch-epochs" in capsys.readouterr().err
+
+
+def test_one_seed_after_asks_only_the_first_seed_past_its_epochs(tmp_path, capsys):
+    """The augmented study's long twins: with the grid and the two-seed levels cached, the plan asks for one run."""
+    cfg = ps_vs_scratch.BenchConfig(
+        recipe=str(TINY_RECIPE), random_subnets=0, scratch_epochs=2, doublings=2, one_seed_after=4, cache=tmp_path
+    )
+    bench = ps_vs_scratch.Bench(cfg)
+    arch = bench.subnets["smallest"]
+
+    def record(lr: float, epochs: int, seed: int, val: float) -> None:
+        run = ScratchRun(arch, lr, epochs, seed)
+        fields = {"val_top1": val, "test_top1": val, "cpu_seconds": 1.0, "seconds": 1.0, "train_images": 64}
+        (tmp_path / f"scratch-{run.key(bench.recipe)}.json").write_text(json.dumps(fields))
+
+    for factor, val in zip(rules.LR_FACTORS, (70.0, 72.0, 71.0), strict=True):  # the grid's best: the middle
+        record(bench.base_lr * factor, 2, 0, val)
+    record(bench.base_lr, 2, 1, 72.4)
+    for seed, val in ((0, 75.0), (1, 75.4)):
+        record(bench.base_lr, 4, seed, val)
+    state = ps_vs_scratch.twin_state(bench, "smallest", arch)
+    assert [(r.epochs, r.seed) for r in state.pending] == [(8, 0)]  # 8 > 4 epochs: the first seed only
+    record(bench.base_lr, 8, 0, 75.3)
+    twin = ps_vs_scratch.twin_state(bench, "smallest", arch).summary
+    assert twin["converged_epochs"] == 4 and twin["levels"]["8"]["val_seeds"] == [75.3]
+    pooled = statistics.mean([statistics.variance([72.0, 72.4]), statistics.variance([75.0, 75.4])])
+    assert twin["gains"][-1]["se"] == pytest.approx(math.sqrt(pooled / 1 + pooled / 2))
 
 
 def test_bench_skips_missing_data_in_one_line(tmp_path, capsys):

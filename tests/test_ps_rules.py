@@ -68,6 +68,26 @@ def test_the_ladder_stops_at_its_bound_unconverged_and_with_no_sensitivity_after
     assert rules.ladder(20, {20: [80.0, 80.1]}, doublings=0).done  # no ladder: E with every seed
 
 
+def test_past_one_seed_after_a_level_needs_one_seed_and_its_gain_the_pooled_seed_variance():
+    """The augmented study's ladder (20 -> 320 epochs, one seed past 80): each long run counts once."""
+    assert [rules.seeds_at(e, 2, 80) for e in (20, 40, 80, 160, 320)] == [2, 2, 2, 1, 1]
+    assert rules.seeds_at(640, 2) == 2  # no cap: every seed
+    two = {20: [80.0, 80.4], 40: [81.0, 81.2], 80: [82.0, 82.6]}  # seed variances 0.08, 0.02, 0.18
+    assert rules.pooled_seed_variance(two, 2) == pytest.approx((0.08 + 0.02 + 0.18) / 3)
+    state = rules.ladder(20, two, doublings=4, one_seed_after=80)
+    assert state.pending == (160,) and not state.converged_epochs  # one seed is all 160 asks for
+    climbing = rules.ladder(20, {**two, 160: [84.0]}, doublings=4, one_seed_after=80)
+    gain = climbing.gains[-1]  # 80 -> 160: mean of two seeds against one run
+    assert gain.mean == pytest.approx(84.0 - 82.3) and gain.gains and climbing.pending == (320,)
+    pooled = rules.pooled_seed_variance(two, 2)
+    assert gain.se == pytest.approx(math.sqrt(pooled / 1 + pooled / 2))
+    flat = rules.ladder(20, {**two, 160: [84.0], 320: [84.1]}, doublings=4, one_seed_after=80)
+    assert flat.converged_epochs == 160 and flat.done and flat.levels == (20, 40, 80, 160, 320)
+    assert flat.gains[-1].se == pytest.approx(math.sqrt(2 * pooled))  # one run a side
+    with pytest.raises(ValueError, match=">= 2 seeds"):
+        rules.ladder(20, {20: [80.0], 40: [81.0]}, one_seed_after=10)  # no level gives the seed variance
+
+
 def test_the_best_twin_is_the_epoch_count_with_the_best_validation_mean():
     val = {20: [80.0, 80.2], 40: [81.0, 81.2], 80: [81.2, 81.0]}
     assert rules.best_level(val, [20, 40, 80]) == 40  # a tie goes to the shorter run
