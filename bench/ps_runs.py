@@ -2,7 +2,7 @@
 
 A supernet run (`ps_run`) trains a recipe (resuming from its last checkpoint) and evaluates named
 subnets of it on the validation and the test split; a scratch run (`scratch_run`) trains one subnet
-alone as an ordinary timm network with the recipe's optimizer settings. Each record holds its
+alone as an ordinary timm network with the recipe's optimizer settings, checkpointed at every epoch's end. Each record holds its
 figures and its cost (process CPU seconds and wall seconds), so a rerun reads it instead of training.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import time
+import shutil
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -28,9 +28,11 @@ from ofa.train import Recipe, train
 from ofa.train.bn import resize
 from ofa.train.distributed import DistEnv
 from ofa.train.evaluate import evaluate, evaluate_arch
-from ofa.train.recipe import PhaseConfig
+from ofa.train.recipe import CheckpointConfig, PhaseConfig
 from ofa.train.session import SessionConfig, TrainingSession, apply_gradients
+from ofa.utils.errors import OFAError
 from ofa.utils.io import read_json, write_json
+from ofa.utils.tracking import LoggingConfig
 
 SPLITS = ("val", "test")
 
@@ -140,18 +142,33 @@ class ScratchRun:
         )
 
 
-def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: str) -> torch.nn.Module:
-    """The static timm subnet trained alone with the recipe's optimizer settings (a session without a run folder)."""
+@dataclass
+class Trained:
+    """A scratch run's trained model and what its training cost, summed over every resumed piece."""
+
+    model: torch.nn.Module
+    seconds: float
+    cpu_seconds: float
+
+
+def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: str, folder: Path) -> Trained:
+    """The static timm subnet trained alone with the recipe's optimizer settings.
+
+    Checkpointed in ``folder`` at each epoch's end and resumed from its newest checkpoint, to the same
+    weights as an uninterrupted run: a long twin (hundreds of epochs) outlives the process that started it.
+    """
     torch.manual_seed(run.seed)
     model = family_of(recipe.space).build_subnet(recipe.space, run.arch)
     warmup = min(recipe.phases[0].warmup_epochs, run.epochs - 1)
     schedule = PhaseConfig(name="scratch", epochs=run.epochs - warmup, warmup_epochs=warmup, lr=run.lr)
     # The grid's learning rates are used as they are: no scaling by optimizer.lr_reference_batch.
     optim = dataclasses.replace(recipe.optimizer, lr_reference_batch=None)
-    session = TrainingSession(
-        SessionConfig(recipe.data, optim, run.seed, recipe.source), DistEnv.single_process(), data=data
+    cfg = SessionConfig(
+        recipe.data, optim, run.seed, recipe.source, CheckpointConfig(every_steps=0), LoggingConfig(tensorboard=False)
     )
+    session = TrainingSession(cfg, DistEnv.single_process(), folder, data=data)
     optimizer = session.new_optimizer(model, run.lr)
+    identity = {"kind": "scratch", "arch": run.arch.to_dict(), "lr": run.lr, "epochs": run.epochs, "seed": run.seed}
 
     def step(epoch: int, i: int, x: torch.Tensor, y: torch.Tensor) -> float:
         session.schedule_lr(optimizer, schedule, recipe.schedule, epoch, i)
@@ -160,21 +177,32 @@ def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: 
         apply_gradients(loss, model, optimizer, recipe.optimizer.grad_clip)
         return loss.item()
 
+    def load(state: dict[str, Any]) -> None:
+        if state.get("run") != identity:
+            raise OFAError(f"{folder}: its checkpoints are of another scratch run ({state.get('run')}): delete it")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        session.restore(state)
+
     model.train()
-    for epoch in range(run.epochs):
-        session.run_epoch(epoch, f"{desc} {epoch + 1}/{run.epochs}", partial(step, epoch))
-        session.next_epoch()
-    return model
+    with session.opened(True, load):
+        for epoch in range(session.pos.epoch, run.epochs):
+            session.run_epoch(epoch, f"{desc} {epoch + 1}/{run.epochs}", partial(step, epoch))
+            session.next_epoch()
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+            session.save({**state, "run": identity, "space": recipe.space.to_dict(), "meta": {"scratch": identity}})
+    session.tick()
+    return Trained(model, session.pos.elapsed, session.pos.elapsed_cpu)
 
 
 def scratch_run(recipe: Recipe, run: ScratchRun, data: DataBundle, cache: Path, desc: str) -> dict[str, Any]:
-    """Validation and test top-1, seconds and images of one cached from-scratch run."""
+    """Validation and test top-1, seconds and images of one cached from-scratch run (its checkpoints, kept
+    in ``cache/scratch-KEY/`` while it trains, are removed once its record is written)."""
     key = run.key(recipe)
+    folder = cache / f"scratch-{key}"
 
     def compute() -> dict[str, Any]:
-        start, cpu = time.perf_counter(), time.process_time()
-        model = train_from_scratch(recipe, run, data, desc)
-        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        trained = train_from_scratch(recipe, run, data, desc, folder)
         val = make_loader(data.val, recipe.data.eval_batch_size, shuffle=False, seed=0)
         test = make_loader(data.test, recipe.data.eval_batch_size, shuffle=False, seed=0)
         images = run.epochs * (len(data.train) // recipe.data.batch_size) * recipe.data.batch_size
@@ -185,14 +213,16 @@ def scratch_run(recipe: Recipe, run: ScratchRun, data: DataBundle, cache: Path, 
             "lr": run.lr,
             "epochs": run.epochs,
             "seed": run.seed,
-            "seconds": seconds,
-            "cpu_seconds": cpu,
+            "seconds": trained.seconds,
+            "cpu_seconds": trained.cpu_seconds,
             "train_images": images,
-            "val_top1": evaluate(model, val, run.arch.resolution)["top1"],
-            "test_top1": evaluate(model, test, run.arch.resolution)["top1"],
+            "val_top1": evaluate(trained.model, val, run.arch.resolution)["top1"],
+            "test_top1": evaluate(trained.model, test, run.arch.resolution)["top1"],
         }
 
-    return cached(cache / f"scratch-{key}.json", compute)
+    record = cached(cache / f"scratch-{key}.json", compute)
+    shutil.rmtree(folder, ignore_errors=True)
+    return record
 
 
 def scratch_record(recipe: Recipe, run: ScratchRun, cache: Path) -> dict[str, Any] | None:

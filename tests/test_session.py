@@ -49,11 +49,40 @@ def test_scratch_twin_reproduces_the_recorded_run_bitwise(name, tmp_path, monkey
     got = ps_runs.scratch_run(recipe, run, build_data(recipe.data), tmp_path, "scratch")
     assert got["key"] == want["key"]  # the cache key is unchanged, so the recorded runs stay valid
     if SAME_KERNELS:  # the instruction set the fixture was recorded on: bit for bit
-        assert _weights_sha256(trained[0]) == want["weights_sha256"]
+        assert _weights_sha256(trained[0].model) == want["weights_sha256"]
         assert (got["val_top1"], got["test_top1"]) == (want["val_top1"], want["test_top1"])
     else:  # other float kernels round differently; the same training still lands on the same accuracy
         assert got["val_top1"] == pytest.approx(want["val_top1"], abs=2.0)
         assert got["test_top1"] == pytest.approx(want["test_top1"], abs=2.0)
+
+
+def test_an_interrupted_scratch_run_resumes_to_the_weights_and_record_of_an_uninterrupted_one(tmp_path, monkeypatch):
+    want = RECORDED[sorted(RECORDED)[0]]
+    recipe = load_recipe(TINY_RECIPE, want["overrides"])
+    run = ps_runs.ScratchRun(Arch.from_dict(want["arch"]), want["lr"], want["epochs"], want["seed"])
+    data = build_data(recipe.data)
+    trained, train = [], ps_runs.train_from_scratch
+    monkeypatch.setattr(ps_runs, "train_from_scratch", lambda *args: trained.append(train(*args)) or trained[-1])
+    whole = ps_runs.scratch_run(recipe, run, data, tmp_path / "whole", "scratch")
+    save = TrainingSession.save
+
+    def save_then_die(self, state):  # the process is killed right after its first epoch's checkpoint
+        save(self, state)
+        raise KeyboardInterrupt
+
+    cut = tmp_path / "cut"
+    with monkeypatch.context() as patch:
+        patch.setattr(TrainingSession, "save", save_then_die)
+        with pytest.raises(KeyboardInterrupt):
+            ps_runs.scratch_run(recipe, run, data, cut, "scratch")
+    folder = cut / f"scratch-{run.key(recipe)}"
+    assert len(list((folder / "checkpoints").iterdir())) == 1 and not list(cut.glob("*.json"))
+    resumed = ps_runs.scratch_run(recipe, run, data, cut, "scratch")
+    assert _weights_sha256(trained[-1].model) == _weights_sha256(trained[0].model)
+    assert {k: v for k, v in resumed.items() if "seconds" not in k} == {
+        k: v for k, v in whole.items() if "seconds" not in k
+    }
+    assert resumed["cpu_seconds"] > 0 and not folder.exists()  # the record stays, the checkpoints go
 
 
 def test_session_refusals_name_the_field():
