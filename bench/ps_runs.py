@@ -2,8 +2,9 @@
 
 A supernet run (`ps_run`) trains a recipe (resuming from its last checkpoint) and evaluates named
 subnets of it on the validation and the test split; a scratch run (`scratch_run`) trains one subnet
-alone as an ordinary timm network with the recipe's optimizer settings, checkpointed at every epoch's end. Each record holds its
-figures and its cost (process CPU seconds and wall seconds), so a rerun reads it instead of training.
+alone as an ordinary timm network with the recipe's optimizer settings, checkpointed at every epoch's
+end. Each record holds its figures and its cost (process CPU seconds and wall seconds), so a rerun
+reads it instead of training.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ Every finished run (`bench.ps_runs`) is cached as JSON under ``--cache`` by a di
 resolved recipe and seed for a supernet; the space, data, optimizer, subnet, lr, epochs and seed
 for a scratch run), so an interrupted or extended benchmark reruns nothing it has; a supernet run
 and a scratch run also resume from their last checkpoint (a scratch run's, at an epoch's end, lives in
-``scratch-KEY/`` beside its record until the record is written). The pending runs are what the rules ask for given the cache
-(``--plan`` lists them with their epochs); ``--worker i/n`` shares them between n processes (see
+``scratch-KEY/`` beside its record until the record is written). The pending runs are what the rules
+ask for given the cache (``--plan`` lists them with their epochs); ``--worker i/n`` shares them between n processes (see
 `bench.ps_jobs`), each planning again after every run. A recipe whose data is missing is skipped.
 
     python -m bench.ps_vs_scratch [--recipe digits|fashion|PATH] [--seeds 0 1] [--scratch-epochs N]
