@@ -19,7 +19,7 @@ from ofa.train import load_recipe, train
 # No dropout (its masks are per process), and a short schedule: full network, then the sandwich
 # phase with channel reorganization and the teacher.
 COMMON = ["space.dropout=0.0", "phases.full.epochs=1", "phases.depth.epochs=1", "checkpoint.every_steps=0"]
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 
 
 def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path):

@@ -32,7 +32,7 @@ from search.predictor.fit import FitConfig, fit_predictor
 from search.predictor.model import AccuracyPredictor
 from search.search_config import SearchConfig
 
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 DATA = {
     "name": "synthetic",
     "image_size": 8,
@@ -235,7 +235,7 @@ def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_
     test split, timed whole; the INT8 table judged by `lut check`."""
     from bench import int8_search, search_quality_measure
 
-    fast = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+    fast = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
     monkeypatch.setattr(search_quality_measure, "Standalone", lambda budget_s: fast)  # quick tables,
     quick = search_quality_measure.TableBuildConfig
     monkeypatch.setattr(search_quality_measure, "TableBuildConfig", lambda **k: quick(**k, calibrate=3))  # 3 subnets

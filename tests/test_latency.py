@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,7 +34,7 @@ from ofa.runtime.runtimes import Runner
 from ofa.utils.errors import OFAError
 from search.latency import LatencyTable, space_from_arg
 
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 
 
 def build(out, **settings) -> TableBuildConfig:
@@ -297,7 +298,7 @@ def test_quantile_estimate_holds_on_a_bursty_host_where_the_median_does_not(monk
     true_ms = {"layer": 0.01, "block": 0.1, "subnet": 1.0, "large": 5.0}
     worst_new, worst_old = 0.0, 0.0
     for seed in range(4):
-        protocol = Standalone(seed=seed, budget_s=5.0)  # time enough to converge: the budget is not under test
+        protocol = Standalone(seed=seed, budget_s=5.0, burn_in_s=0.0)  # time to converge; the budget: not tested
         new = time_models({k: HostRunner(BurstyHost(seed), ms) for k, ms in true_ms.items()}, protocol)
         host = BurstyHost(seed)  # the same host for today's median: one host for all its models, as a build has
         old = time_models({k: HostRunner(host, ms) for k, ms in true_ms.items()}, Standalone(estimator="median"))
@@ -307,6 +308,30 @@ def test_quantile_estimate_holds_on_a_bursty_host_where_the_median_does_not(monk
             assert new[k]["count"] >= 15 and 0 < new[k]["ci_pct"] <= 2.0  # converged within its target
             assert new[k]["spread_pct"] > 5  # the host's burstiness, which the interval is not
     assert worst_new <= 0.03 < worst_old
+
+
+class WarmingRunner(Runner):
+    """Reads 1.2 ms a call for its first 0.3 s of wall time after loading, then 1.0 ms: a model just loaded."""
+
+    def __init__(self) -> None:
+        self.loaded = time.perf_counter()
+
+    def times(self, calls):
+        ms = 1.2 if time.perf_counter() - self.loaded < 0.3 else 1.0
+        wall = np.full(calls, ms)
+        return wall, wall.copy()
+
+
+def test_the_burn_in_outlasts_the_slow_first_second_of_freshly_loaded_models(monkeypatch):
+    """Without it a few models reach their stopping rule inside the slow stretch and keep its figure."""
+    monkeypatch.setattr(timing, "host_steal_ticks", lambda: 0)
+    quick = {"blocks": 3, "block_ms": 1.0, "budget_s": 0.0, "warmup": 1}
+    cold = time_models({"m": WarmingRunner()}, Standalone(**quick, burn_in_s=0.0))
+    warm = time_models({"m": WarmingRunner()}, Standalone(**quick, burn_in_s=0.5))
+    assert cold["m"]["mean_ms"] == pytest.approx(1.2) and warm["m"]["mean_ms"] == pytest.approx(1.0)
+    assert Standalone().burn_in_s == 1.0 and timing.protocol_from_dict({"kind": "standalone"}).burn_in_s == 0.0
+    with pytest.raises(OFAError, match=r"protocol.burn_in_s: expected seconds >= 0"):
+        Standalone(burn_in_s=-1)
 
 
 def test_quantile_interval_narrows_with_blocks_and_covers_the_true_quantile():
@@ -325,7 +350,7 @@ def test_blocks_with_host_steal_are_left_out_and_timed_again(monkeypatch):
     reads = iter([0, 1, 1, 2, 2, 3] + [3] * 100)  # read before and after each block: the first three see steal
     monkeypatch.setattr(timing, "host_steal_ticks", lambda: next(reads))
     runner = ScriptedRunner("m", 1.0, lambda i, calls: (np.ones(calls), np.ones(calls)), [])
-    stats = time_models({"m": runner}, Standalone(blocks=5, budget_s=0.0, block_ms=1.0, warmup=0))
+    stats = time_models({"m": runner}, Standalone(blocks=5, budget_s=0.0, block_ms=1.0, warmup=0, burn_in_s=0.0))
     assert stats["m"]["steal_blocks"] == 3 and stats["m"]["count"] == 5 and runner.invocations == 1 + 8
     assert protocol_from_dict({"kind": "standalone", "blocks": 7}).estimator == "median"  # tables from before
 
@@ -499,7 +524,9 @@ def test_two_subnet_space_builds_and_check_says_what_it_needs(tmp_path, capsys):
 def test_measure_onnx_times_an_exported_model(tmp_path):
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
     path = export_onnx(model, (1, 3, 16, 16), tmp_path / "m.onnx")
-    stats = measure_onnx(path, (1, 3, 16, 16), TimingConfig(protocol=Standalone(blocks=5, calls=4, warmup=1)))
+    stats = measure_onnx(
+        path, (1, 3, 16, 16), TimingConfig(protocol=Standalone(blocks=5, calls=4, warmup=1, burn_in_s=0.0))
+    )
     assert stats["mean_ms"] > 0 and stats["count"] >= 5
     with pytest.raises(OFAError, match="not found"):
         measure_onnx(tmp_path / "nope.onnx", (1, 3, 16, 16))

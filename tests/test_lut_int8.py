@@ -23,7 +23,7 @@ from ofa.utils.errors import OFAError
 from search.latency import LatencyTable, space_from_arg
 
 DIGITS = Path(__file__).resolve().parents[1] / "recipes" / "digits.yaml"
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 QDQ = {"QuantizeLinear", "DequantizeLinear"}
 
 

@@ -31,7 +31,7 @@ from ofa.train import load_recipe
 from search.latency import LatencyTable
 
 CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "ofa_mbv3_w0.5_c10_random.pth"
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 
 
 def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys, monkeypatch):

@@ -23,7 +23,7 @@ from ofa.train import load_recipe
 from ofa.utils.errors import OFAError
 from ofa.utils.io import read_yaml
 
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 
 
 def run(cfg: PipelineConfig) -> tuple[dict, list[str], list[str]]:

@@ -33,7 +33,7 @@ TESTS = Path(__file__).resolve().parent
 RECIPE = TESTS / "recipes" / "tiny_resnet.yaml"
 CHECKPOINT = TESTS / "fixtures" / "ofa_resnet50_w0.1-0.15-0.2_c10_random.pth"
 EXPECTED = TESTS / "fixtures" / "ofa_resnet50_w0.1-0.15-0.2_c10_expected.pt"
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 
 
 @pytest.fixture(scope="module")

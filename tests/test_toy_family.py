@@ -641,7 +641,7 @@ TOY = Family(
 
 
 # =========================================================================================== the tests
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0)
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 SPACE = ToySpace()
 RECIPE = {
     "space": SPACE.to_dict(),

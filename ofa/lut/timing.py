@@ -41,6 +41,7 @@ timed between others runs colder, and CPU time leaves out what the OS gave to ot
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
@@ -118,6 +119,7 @@ class Standalone:
     quantile: float = 0.25  # quantile: the figure is this quantile of the kept block medians
     target_pct: float = 2.0  # quantile: blocks are added until the figure's 95% half-width is within this %
     budget_s: float = 1.0  # quantile: most seconds of timing per model once its least blocks are in
+    burn_in_s: float = 1.0  # quantile: untimed round-robin calls of every model first (see `_burn_in`)
     kind: ClassVar[str] = "standalone"
 
     def __post_init__(self) -> None:
@@ -132,8 +134,9 @@ class Standalone:
         for name, low, high in (("block_ms", 0, math.inf), ("quantile", 0, 1), ("target_pct", 0, math.inf)):
             if not low < getattr(self, name) < high:
                 raise OFAError(f"protocol.{name}: expected a number in ({low}, {high}), got {getattr(self, name)!r}")
-        if not self.budget_s >= 0:
-            raise OFAError(f"protocol.budget_s: expected seconds >= 0, got {self.budget_s!r}")
+        for name in ("budget_s", "burn_in_s"):
+            if not getattr(self, name) >= 0:
+                raise OFAError(f"protocol.{name}: expected seconds >= 0, got {getattr(self, name)!r}")
 
     @property
     def repeats(self) -> int:
@@ -209,6 +212,17 @@ class Standalone:
         state.seconds += (warm_ms + wall.sum()) / 1e3
         state.calls = self._calls_per_block(figure)
 
+    def _burn_in(self, runners: Mapping[str, Runner]) -> None:
+        """Untimed calls of every model in turn for ``burn_in_s``: models just loaded, after quantizing them,
+        run slower for a second or so, and a set of few models would otherwise reach its stopping rule
+        inside that stretch (`ofa lut check` times 8 at a time)."""
+        end = time.perf_counter() + self.burn_in_s
+        while self.burn_in_s > 0:
+            for runner in runners.values():
+                runner.times(1)
+            if time.perf_counter() >= end:
+                return
+
     def _calls_per_block(self, call_ms: float) -> int:
         """Calls that last ``block_ms`` at ``call_ms`` each (at least ``calls``)."""
         return int(min(MAX_CALLS_PER_BLOCK, max(self.calls, math.ceil(self.block_ms / max(call_ms, 1e-6)))))
@@ -229,6 +243,7 @@ class Standalone:
     ) -> dict[str, Stats]:
         rng = np.random.default_rng(self.seed)
         states = {name: _Blocks() for name in runners}
+        self._burn_in(runners)
         for name, runner in runners.items():  # size the first block from a few calls
             wall = runner.times(max(1, min(self.warmup, 5)))[0]
             states[name].calls = self._calls_per_block(float(np.median(wall)))
@@ -325,6 +340,7 @@ def protocol_from_dict(d: Any, source: str = "protocol") -> Protocol:
     settings = {k: v for k, v in d.items() if k in names}
     if cls is Standalone:
         settings.setdefault("estimator", "median")  # tables from before the quantile estimator name none
+        settings.setdefault("burn_in_s", 0.0)  # nor did tables from before the burn-in
     try:
         return cls(**settings)
     except OFAError as exc:
