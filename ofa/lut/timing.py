@@ -11,6 +11,9 @@ last longer than a short block, so a burst lifts whole blocks, and the spread of
 the host's, which no number of blocks shrinks. The default estimator (``estimator="quantile"``) is
 built for that:
 
+- first, every model is called in turn, untimed, for ``burn_in_s``: models just loaded (after quantizing
+  them) run slower for a second or so, long enough for a set of a few models to meet its stopping rule
+  inside that stretch;
 - a block lasts at least ``block_ms`` (its call count sized from the model's last block), so one block
   spans the short bursts instead of sitting inside one;
 - the figure is a low quantile (``quantile``, q25) of the kept block medians: bursts only ever slow a
