@@ -179,8 +179,8 @@ def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: 
         return loss.item()
 
     def load(state: dict[str, Any]) -> None:
-        if state.get("run") != identity:
-            raise OFAError(f"{folder}: its checkpoints are of another scratch run ({state.get('run')}): delete it")
+        if state["meta"].get("scratch") != identity:
+            raise OFAError(f"{folder}: its checkpoints are of another scratch run ({state['meta']}): delete it")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         session.restore(state)
@@ -190,8 +190,8 @@ def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: 
         for epoch in range(session.pos.epoch, run.epochs):
             session.run_epoch(epoch, f"{desc} {epoch + 1}/{run.epochs}", partial(step, epoch))
             session.next_epoch()
-            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-            session.save({**state, "run": identity, "space": recipe.space.to_dict(), "meta": {"scratch": identity}})
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "meta": {"scratch": identity}}
+            session.save({**state, "space": recipe.space.to_dict()})
     session.tick()
     return Trained(model, session.pos.elapsed, session.pos.elapsed_cpu)
 
