@@ -127,6 +127,15 @@ def seeds_at(epochs: int, seeds: int, one_seed_after: int | None = None) -> int:
     return 1 if one_seed_after is not None and epochs > one_seed_after else seeds
 
 
+def check_one_seed_after(one_seed_after: int | None, start: int) -> None:
+    """ValueError unless the levels up to ``one_seed_after`` include the ladder's start: they give the seed
+    variance the one-seed doublings are judged with."""
+    if one_seed_after is not None and one_seed_after < start:
+        raise ValueError(
+            f"--one-seed-after must be >= --scratch-epochs ({start}): the first levels give the seed variance"
+        )
+
+
 def pooled_seed_variance(val: Mapping[int, Sequence[float]], seeds: int) -> float | None:
     """The mean seed variance of the levels run with ``seeds`` (>= 2) seeds; None where there is none."""
     variances = [statistics.variance(v[:seeds]) for v in val.values() if len(v) >= max(seeds, MIN_SEEDS)]

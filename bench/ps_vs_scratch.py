@@ -120,6 +120,10 @@ class Bench:
         self.twins = {n: self.subnets[n] for n in cfg.only} if cfg.only else self.subnets
         self.epochs = cfg.scratch_epochs or sum(p.total_epochs for p in self.recipe.phases)
         self.base_lr = cfg.scratch_lr or self.recipe.phases[0].lr
+        try:
+            rules.check_one_seed_after(cfg.one_seed_after, self.epochs)
+        except ValueError as exc:
+            raise OFAError(str(exc)) from None
 
     @cached_property
     def data(self) -> DataBundle:
@@ -382,9 +386,8 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, argparse.Namespace]
         p.error("need --scratch-epochs >= 2 and --random, --doublings, --lr-extensions >= 0")
     if len(set(a.seeds)) != len(a.seeds) or (doublings and len(a.seeds) < rules.MIN_SEEDS):
         p.error(f"need distinct seeds, >= {rules.MIN_SEEDS} of them for the ladder (or --no-convergence)")
-    if a.one_seed_after is not None and a.one_seed_after < (a.scratch_epochs or 2):
-        p.error("--one-seed-after must be >= --scratch-epochs: the first levels give the seed variance")
     try:
+        rules.check_one_seed_after(a.one_seed_after, a.scratch_epochs or 2)  # the recipe's E: checked by Bench
         worker = parse_worker(a.worker)
     except ValueError as exc:
         p.error(str(exc))

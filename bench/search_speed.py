@@ -34,9 +34,8 @@ def latency_model(preset: str = "mbv3") -> tuple[Space, object, str]:
     resolutions), else the preset space with a synthetic cost (MACs plus a per-layer charge, more with
     squeeze-excite)."""
     why = f"no latency_tables/*{preset}*.yaml yet"
-    tables = sorted((ROOT / "latency_tables").glob(f"*{preset}*.yaml"))
-    default = ROOT / "latency_tables" / f"{preset}_ort-cpu_t1_b1.yaml"
-    for path in sorted(tables, key=lambda p: p != default):
+    default = f"{preset}_ort-cpu_t1_b1.yaml"
+    for path in sorted((ROOT / "latency_tables").glob(f"*{preset}*.yaml"), key=lambda p: (p.name != default, p.name)):
         try:
             table = LatencyTable.load(path)
         except OFAError as exc:
