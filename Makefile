@@ -1,6 +1,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+# Compiled bytecode is kept: with PYTHONDONTWRITEBYTECODE set (as on some hosts) every test worker, rank and
+# subprocess compiles the package and pytest rewrites every test module anew, seconds each time.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test lint clean
 

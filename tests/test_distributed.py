@@ -1,5 +1,9 @@
 """Data-parallel training: torchrun with 2 gloo processes on CPU matches one process with the same
-global batch (cut into 2 micro-batches), weight for weight."""
+global batch (cut into 2 micro-batches), weight for weight; and the pipeline under torchrun shards the
+collection and leaves the rest to rank 0.
+
+Both tests read one `ofa pipeline` run under torchrun (its train stage is the same `train` on every rank):
+each torchrun launch pays three interpreter starts, so the module launches one."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import torch
 from conftest import TINY_RECIPE as TINY
 
@@ -17,61 +23,28 @@ from ofa.lut.timing import Standalone
 from ofa.train import load_recipe, train
 
 # No dropout (its masks are per process), and a short schedule: full network, then the sandwich
-# phase with channel reorganization and the teacher.
-COMMON = ["space.dropout=0.0", "phases.full.epochs=1", "phases.depth.epochs=1", "checkpoint.every_steps=0"]
+# phase with channel reorganization and the teacher. One resolution and a smaller training split (4 steps
+# of the global batch 16 per epoch) keep it quick.
+COMMON = [
+    "space.dropout=0.0",
+    "space.resolutions=[8]",
+    "data.synthetic.train_size=72",
+    "phases.full.epochs=1",
+    "phases.depth.epochs=1",
+    "checkpoint.every_steps=0",
+]
 FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
+DIST = ["data.batch_size=8", "schedule.micro_batches=1"]  # per rank: 2 ranks x 8 = the global batch 16
 
 
-def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    dist_out = tmp_path / "dist"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "ofa",
-        "train",
-        str(TINY),
-        "--out",
-        str(dist_out),
-        *[a for o in [*COMMON, "data.batch_size=8", "schedule.micro_batches=1"] for a in ("--set", o)],
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-    single = train(load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=2"]), tmp_path / "single")
-
-    a = torch.load(dist_out / "supernet.pt", weights_only=True)
-    b = torch.load(single, weights_only=True)
-    params = [k for k, v in b["state_dict"].items() if v.is_floating_point() and "running_" not in k]
-    assert len(params) > 50
-    worst = max((a["state_dict"][k] - b["state_dict"][k]).abs().max().item() for k in params)
-    torch.manual_seed(0)  # the recipe's seed: the initial weights
-    init = OFAMobileNetV3(load_recipe(TINY).space).state_dict()
-    moved = max((b["state_dict"][k] - init[k]).abs().max().item() for k in params)
-    assert worst < 1e-5, f"largest weight difference {worst}"
-    assert moved > 1e-2  # the comparison is not vacuous: training moved the weights a lot more than that
-
-    rows = [json.loads(line) for line in (dist_out / "metrics.jsonl").read_text().splitlines()]
-    ref = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
-    epochs = [r for r in rows if r["kind"] == "epoch"]
-    ref_epochs = [r for r in ref if r["kind"] == "epoch"]
-    assert [r["step"] for r in epochs] == [r["step"] for r in ref_epochs]  # same number of global steps
-    for got, want in zip(epochs, ref_epochs):
-        assert abs(got["loss"] - want["loss"]) < 1e-4
-        # per-rank vs per-micro-batch gradients: the same two batch sizes, the same estimate
-        assert got["noise_scale"]["updates"] == want["noise_scale"]["updates"] > 0
-    assert a["meta"]["recipe"]["data"]["batch_size"] == 8
-
-
-def test_pipeline_under_torchrun_shards_collection_and_leaves_the_rest_to_rank_0(tmp_path):
+@pytest.fixture(scope="module")
+def torchrun_pipeline(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`ofa pipeline` under torchrun with 2 gloo processes: its run folder and the finished process."""
+    tmp = tmp_path_factory.mktemp("torchrun")
     space = load_recipe(TINY, COMMON).space  # dropout is part of the space a table is measured for
-    table = tmp_path / "table.yaml"
-    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=3, max_noise_pct=100.0, progress=False))
-    out = tmp_path / "run"
+    table = tmp / "table.yaml"
+    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=0, max_noise_pct=100.0, progress=False))
+    out = tmp / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable,
@@ -91,10 +64,43 @@ def test_pipeline_under_torchrun_shards_collection_and_leaves_the_rest_to_rank_0
         str(table),
         "--targets-ms",
         "1000",
-        *[a for o in COMMON for a in ("--set", o)],
+        *[a for o in [*COMMON, *DIST] for a in ("--set", o)],
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(torchrun_pipeline, tmp_path):
+    dist_out, _ = torchrun_pipeline
+    single = train(load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=2"]), tmp_path / "single")
+
+    a = torch.load(dist_out / "supernet.pt", weights_only=True)
+    b = torch.load(single, weights_only=True)
+    params = [k for k, v in b["state_dict"].items() if v.is_floating_point() and "running_" not in k]
+    assert len(params) > 50
+    worst = max((a["state_dict"][k] - b["state_dict"][k]).abs().max().item() for k in params)
+    torch.manual_seed(0)  # the recipe's seed: the initial weights
+    init = OFAMobileNetV3(load_recipe(TINY, COMMON).space).state_dict()
+    moved = max((b["state_dict"][k] - init[k]).abs().max().item() for k in params)
+    assert worst < 1e-5, f"largest weight difference {worst}"
+    assert moved > 1e-2  # the comparison is not vacuous: training moved the weights a lot more than that
+
+    rows = [json.loads(line) for line in (dist_out / "metrics.jsonl").read_text().splitlines()]
+    ref = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
+    epochs = [r for r in rows if r["kind"] == "epoch"]
+    ref_epochs = [r for r in ref if r["kind"] == "epoch"]
+    assert len(epochs) == 3  # the three phases, one epoch each
+    assert [r["step"] for r in epochs] == [r["step"] for r in ref_epochs]  # same number of global steps
+    for got, want in zip(epochs, ref_epochs):
+        assert abs(got["loss"] - want["loss"]) < 1e-4
+        # per-rank vs per-micro-batch gradients: the same two batch sizes, the same estimate
+        assert got["noise_scale"]["updates"] == want["noise_scale"]["updates"] > 0
+    assert a["meta"]["recipe"]["data"]["batch_size"] == 8
+
+
+def test_pipeline_under_torchrun_shards_collection_and_leaves_the_rest_to_rank_0(torchrun_pipeline):
+    out, proc = torchrun_pipeline
     log = proc.stdout
     assert log.count("[train] running") == 2 and log.count("[collect] running") == 2  # every rank
     assert log.count("[fit] running") == 1 and log.count("[search] running") == 1  # rank 0 alone

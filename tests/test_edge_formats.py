@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from ofa.cli import main
 from ofa.export.export import ExportConfig, export_subnet
 from ofa.export.verify import ParityError, parity_tolerance
 from ofa.families.mbv3.encoding import sample_arch
+from ofa.families.mbv3.space import StageSpec
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.check import CheckConfig, check_table
 from ofa.lut.layer_models import LayerModules, empty_runner, input_shape
@@ -38,13 +40,28 @@ def net() -> OFAMobileNetV3:
 
 
 @pytest.fixture(scope="module")
+def small_net() -> OFAMobileNetV3:
+    """One stage (squeeze-excite, hswish) of one block: the smallest subnet to lower to ExecuTorch, seconds each."""
+    return perturb(OFAMobileNetV3(tiny_space(stages=(StageSpec(16, 2, True, "hswish"),), depths=(1,))), seed=6).eval()
+
+
+def shallow_arch(space, resolution: int):
+    """One block per stage, each stage with other kernel and expand choices: ExecuTorch lowers it in a fraction of
+    a deep subnet's time."""
+    arch = replace(space.min_arch(resolution), kernels=(7, 3, 3, 5, 3, 3, 3, 3, 3), expands=(4, 2, 2, 3, 2, 2, 2, 2, 2))
+    space.validate(arch)
+    return arch
+
+
+@pytest.fixture(scope="module")
 def exported(net, tmp_path_factory):
     """One export to MODEL.onnx with both formats, latency measured (briefly) on every runtime."""
     out = tmp_path_factory.mktemp("edge") / "model.onnx"
-    arch = sample_arch(net.space, 3, resolutions=[16])
+    arch = shallow_arch(net.space, 16)
     cfg = ExportConfig(out, calib_batches=2, batch_size=32, formats=("openvino", "executorch", "onnx"))
     with pytest.MonkeyPatch.context() as clock:
-        known_call_ms(clock, 0.25)  # every latency the export measures: 0.25 ms a call
+        known_call_ms(clock, 10.0)  # every latency the export measures: 10 ms a call, a block of 3 calls
+        clock.setattr(Standalone, "_burn_in", lambda self, runners: None)  # no second of untimed calls per runtime
         return export_subnet(net, arch, cfg, data=fake_data(net.space)), out
 
 
@@ -91,7 +108,7 @@ def test_export_writes_each_format_beside_onnx_and_in_the_folder(exported):
         assert all(Path(p).is_file() for p in f.files)
         assert f.parity.ok and f.parity.max_abs_diff <= f.parity.allowed and f.parity.real_inputs == 64
         assert f.top1 == r.top1_fp32  # the very predictions of the ONNX model, image for image
-        assert f.latency is not None and f.latency.mean_ms == 0.25
+        assert f.latency is not None and f.latency.mean_ms == 10.0
         assert formats.FORMAT_BACKEND[f.format] in f.latency.source
     # the same metadata as the ONNX file, read back from each file
     onnx_props = {p.key: p.value for p in onnx.load(out).metadata_props}
@@ -112,7 +129,7 @@ def test_written_files_run_on_their_runtime_like_onnx(exported, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["openvino", "executorch"])
-def test_one_corrupted_output_fails_the_export_and_writes_nothing(net, tmp_path, monkeypatch, fmt):
+def test_one_corrupted_output_fails_the_export_and_writes_nothing(small_net, tmp_path, monkeypatch, fmt):
     real_load = formats.load_infer
 
     def corrupted(name, model, threads):  # a runtime bug: one logit off by 1e-3, ten times the tolerance
@@ -128,9 +145,10 @@ def test_one_corrupted_output_fails_the_export_and_writes_nothing(net, tmp_path,
         return off
 
     monkeypatch.setattr(formats, "load_infer", corrupted)
-    arch = sample_arch(net.space, 4, resolutions=[12])
+    arch = sample_arch(small_net.space, 4, resolutions=[12])
     with pytest.raises(ParityError, match=f"\\({fmt}\\) does not match PyTorch.*nothing written"):
-        export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx", calib_batches=0, latency=False, formats=(fmt,)))
+        cfg = ExportConfig(tmp_path / "m.onnx", calib_batches=0, latency=False, formats=(fmt,))
+        export_subnet(small_net, arch, cfg)
     assert list(tmp_path.iterdir()) == []
 
 

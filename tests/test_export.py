@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import perturb, tiny_space
+from conftest import known_call_ms, perturb, tiny_space
 from torch.utils.data import TensorDataset
 
 from ofa import OFAMobileNetV3, load_subnet, recalibrate_bn
@@ -371,15 +371,18 @@ def synthetic_table(space, batch: int = 1, backend: str = "ort-cpu"):
     return LatencyTable(meta, entries, source="synthetic.yaml")
 
 
-def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path, capsys):
+def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path, capsys, monkeypatch):
+    from ofa.lut.timing import Standalone
     from search.latency import save_table
 
+    known_call_ms(monkeypatch, 10.0)  # the calls run, the clocks read 10 ms: 15 blocks, each of 3 calls
+    monkeypatch.setattr(Standalone, "_burn_in", lambda self, runners: None)  # nor a second of untimed calls each
     table = synthetic_table(net.space, batch=2)
     arch = sample_arch(net.space, 9)
     r = export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx"), table=table)
     assert r.predicted_latency_ms == pytest.approx(table.predict(arch))
     lat = r.latency_fp32
-    assert lat.mean_ms > 0 and lat.batch == 2 and lat.threads == 1 and lat.samples >= 15
+    assert lat.mean_ms == 10.0 and lat.batch == 2 and lat.threads == 1 and lat.samples >= 15
     assert lat.source.startswith("standalone, wall clock, q25 of at least 15 blocks")  # as a user measures it
     assert lat.source.endswith(", ort-cpu")
     # A fixed-batch model takes the table's batch so it is timed exactly as the table was.
@@ -427,7 +430,7 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
     # A table of the torch backend times the static PyTorch model (what it predicts), the ONNX file beside it.
     torch_table = synthetic_table(net.space, backend="torch-cpu")
     r = export_subnet(net, arch, ExportConfig(tmp_path / "t.onnx"), table=torch_table)
-    assert r.latency_fp32.source.endswith("s per model, torch-cpu") and r.latency_fp32.mean_ms > 0
+    assert r.latency_fp32.source.endswith("s per model, torch-cpu") and r.latency_fp32.mean_ms == 10.0
     assert r.extra["latency"]["fp32 (onnx)"]["source"].endswith("s per model, ort-cpu")
 
     other = synthetic_table(tiny_space(num_classes=7))

@@ -86,38 +86,11 @@ def test_finetune_writes_tensorboard_events_that_match_metrics(reference):
 def test_sigkill_then_resume_is_bitwise_identical(reference, files, tmp_path):
     out = tmp_path / "run"
     kill_after = random.randint(2, 4 * 9 - 8)  # 4 epochs of 9 steps
-    cmd = [
-        sys.executable,
-        "-m",
-        "ofa",
-        "finetune",
-        str(RECIPE),
-        "--supernet",
-        str(files[0]),
-        "--arch",
-        str(files[1]),
-        "--out",
-        str(out),
-    ]
-    returncode = kill_at_step(cmd, out / "checkpoints", kill_after)
+    argv = ["finetune", str(RECIPE), "--supernet", str(files[0]), "--arch", str(files[1]), "--out", str(out)]
+    returncode = kill_at_step([sys.executable, "-m", "ofa", *argv], out / "checkpoints", kill_after)
     assert returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
     assert not (out / "subnet.pt").exists()
-    assert (
-        main(
-            [
-                "finetune",
-                str(RECIPE),
-                "--supernet",
-                str(files[0]),
-                "--arch",
-                str(files[1]),
-                "--out",
-                str(out),
-                "--resume",
-            ]
-        )
-        == 0
-    )
+    assert main([*argv, "--resume"]) == 0
     ref = torch.load(reference / "subnet.pt", weights_only=True)["state_dict"]
     got = torch.load(out / "subnet.pt", weights_only=True)["state_dict"]
     assert [k for k in ref if not torch.equal(ref[k], got[k])] == [], f"killed after step >= {kill_after}"

@@ -22,6 +22,7 @@ from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.timing import Standalone
 from ofa.pipeline import Pipeline, PipelineConfig
+from ofa.pipeline import stages as pipeline_stages
 from ofa.utils.errors import OFAError
 from ofa.utils.io import read_json, read_yaml
 from search.find import search_device
@@ -170,7 +171,10 @@ def test_pipeline_runs_in_int8_end_to_end(tmp_path, monkeypatch):
     build_table(space, TableBuildConfig(table, **one))  # one resolution: the pipeline searches only it
     out = tmp_path / "run"
     known_call_ms(monkeypatch, 0.25)  # every timed call from here reads 0.25 ms
-    short = ("phases.full.epochs=1",)  # what is trained does not matter here, only that every stage runs in INT8
+    small_fit = lambda **k: FitConfig(**k, hidden=32, patience=10)  # noqa: E731  (not OFA's 3 x 400 MLP)
+    monkeypatch.setattr(pipeline_stages, "FitConfig", small_fit)
+    # what is trained does not matter here, only that every stage runs in INT8
+    short = ("phases.full.epochs=1", "data.synthetic.train_size=96")
     run = PipelineConfig(
         TINY_RECIPE, out, short, subnets=10, calib_batches=1, lut=table, dtype="int8", targets_ms=(1e3,)
     )
@@ -236,12 +240,13 @@ def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_
     from bench import int8_search, search_quality_measure
 
     fast = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
+    monkeypatch.setattr(int8_search, "FitConfig", lambda **k: FitConfig(**k, hidden=32, patience=10))  # small MLPs,
     monkeypatch.setattr(search_quality_measure, "Standalone", lambda budget_s: fast)  # quick tables,
     quick = search_quality_measure.TableBuildConfig
-    monkeypatch.setattr(search_quality_measure, "TableBuildConfig", lambda **k: quick(**k, calibrate=3))  # 3 subnets
+    monkeypatch.setattr(search_quality_measure, "TableBuildConfig", lambda **k: quick(**k, calibrate=2))  # 2 subnets
     argv = ["--recipe", str(TINY_RECIPE), "--set", "checkpoint.every_steps=0", "--set", "space.resolutions=[8]"]
-    argv += ["--subnets", "10"]
-    argv += ["--calib-batches", "1", "--check", "3", "--fractions", "0.3", "0.8", "--cache", str(tmp_path / "c")]
+    argv += ["--set", "phases.full.epochs=1", "--set", "data.synthetic.train_size=96", "--subnets", "10"]  # short
+    argv += ["--calib-batches", "1", "--check", "2", "--fractions", "0.3", "0.8", "--cache", str(tmp_path / "c")]
     argv += ["--tables", str(tmp_path / "c"), "--runs", str(tmp_path / "runs")]
     assert int8_search.main([*argv, "--json"]) == 0
     *text, last = capsys.readouterr().out.strip().splitlines()
@@ -259,7 +264,7 @@ def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_
         assert row["delta_se"] >= 0 and (not row["same_subnet"] or (f == q and row["delta_top1"] == 0))
         assert q["predicted_int8_ms"] <= row["budget_ms"] and q["measured_int8_ms"] > 0
     check = report["int8_table_check"]
-    assert check["all"]["n"] == 3 * len(tables["int8"]["meta"]["resolutions_done"])
+    assert check["all"]["n"] == 2 * len(tables["int8"]["meta"]["resolutions_done"])
 
 
 def test_int8_search_bench_without_its_data_says_so_and_writes_nothing(tmp_path, capsys):

@@ -355,13 +355,19 @@ def test_blocks_with_host_steal_are_left_out_and_timed_again(monkeypatch):
     assert protocol_from_dict({"kind": "standalone", "blocks": 7}).estimator == "median"  # tables from before
 
 
+def no_burn_in(protocol):
+    """``protocol`` without its untimed burn-in: a second of real time per timing, where no figure is judged."""
+    return replace(protocol, burn_in_s=0.0) if isinstance(protocol, Standalone) else protocol
+
+
 def noisy_after(first_quiet: int, timings: list):
     """A `time_models` whose first ``first_quiet`` timings are quiet and every later one noisy (±40%)."""
 
     def scripted(models, protocol, progress=None):
         timings.append(len(models))
         noise = 0.0 if len(timings) <= first_quiet else 40.0
-        return {k: {**s, "ci_pct": noise, "spread_pct": 2 * noise} for k, s in time_models(models, protocol).items()}
+        measured = time_models(models, no_burn_in(protocol))  # the figures are real; the noise is scripted
+        return {k: {**s, "ci_pct": noise, "spread_pct": 2 * noise} for k, s in measured.items()}
 
     return scripted
 
@@ -420,14 +426,15 @@ def test_noisy_build_warns_writes_and_remeasures_only_the_noisy_resolutions(tmp_
     assert kept and all(after[k] == before[k] for k in kept)  # 8 px was not timed again
 
 
-def test_interleaved_protocol_and_thread_clock_stay_available(tmp_path):
+def test_interleaved_protocol_and_thread_clock_stay_available(tmp_path, monkeypatch):
     protocol = Interleaved(warmup=1, rounds=4, prime=1, calls=1, keep=0.5, trim=0.0)
+    monkeypatch.setattr(lut_check, "time_models", lambda models, p, progress=None: time_models(models, no_burn_in(p)))
     table = build_table(small_space(resolutions=(8,)), build(tmp_path / "t.yaml", protocol=protocol))
     assert table.meta["protocol"]["kind"] == "interleaved-rounds" and table.meta["clock"] == "thread-cpu-time"
     assert protocol_from_dict(table.meta["protocol"]) == protocol
     own = check_table(table, CheckConfig(n=2, protocol="table", progress=False))
     assert own.summary["protocol"]["kind"] == "interleaved-rounds" and own.summary["clock"] == "thread-cpu-time"
-    user = check_table(table, CheckConfig(n=2, repeats=2, progress=False))  # judged as a user measures
+    user = check_table(table, CheckConfig(n=2, repeats=2, budget_s=0.0, progress=False))  # as a user measures
     assert user.summary["protocol"]["kind"] == "standalone" and user.summary["clock"] == "wall"
     assert user.summary["protocol"]["blocks"] == 2
     assert with_overrides(Standalone(), repeats=4, clock="thread").clock_name("cpu", 1) == "thread-cpu-time"
@@ -579,6 +586,7 @@ def test_torch_cpu_backend_builds_without_overhead(tmp_path):
 
 # ------------------------------------------------------------------------------------------ CLI end to end
 def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(lut_build, "time_models", lambda models, p, progress=None: time_models(models, no_burn_in(p)))
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump({"space": small_space().to_dict()}))
     table_path, out = tmp_path / "tiny.yaml", tmp_path / "check"

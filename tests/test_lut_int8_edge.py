@@ -100,18 +100,22 @@ class ConvThenSine(nn.Module):
         return torch.sin(torch.sin(torch.relu(self.conv(x))))
 
 
-def test_executorch_int8_program_is_quantized_and_names_its_float_ops():
+def test_executorch_int8_program_is_quantized_and_names_its_float_ops(monkeypatch):
     pytest.importorskip("executorch")
     torch.manual_seed(0)
     module, shape = ConvThenSine().eval(), (1, 3, 8, 8)
-    quantized = executorch_backend.quantize(module, [np.random.default_rng(0).standard_normal(shape, np.float32)])
+    # the runner's one conversion, looked at: the graph `quantize` returned and the program `formats.convert` made
+    graphs, programs, quantize, convert = [], [], executorch_backend.quantize, formats.convert
+    monkeypatch.setattr(executorch_backend, "quantize", lambda m, b: graphs.append(quantize(m, b)) or graphs[-1])
+    monkeypatch.setattr(formats, "convert", lambda *a, **k: programs.append(convert(*a, **k)) or programs[-1])
+    runner = runtimes.make_runner("executorch-xnnpack", module, shape, 1, dtype="int8")
+    assert len(graphs) == len(programs) == 1 and isinstance(programs[0], bytes)
+    quantized, pte = graphs[0], programs[0]
     targets = {str(n.target) for n in quantized.graph.nodes if n.op == "call_function"}
     assert any("quantize_per_tensor" in t for t in targets) and any("dequantize_per_channel" in t for t in targets)
     assert executorch_backend.float_ops(quantized) == ("sin",)  # the second sine: float in, float out
 
-    runner = runtimes.make_runner("executorch-xnnpack", module, shape, 1, dtype="int8")
     assert runner.float_ops == ("sin",)  # read back from the program's own metadata
-    pte = formats.convert("executorch", module, shape, dtype="int8")
     assert executorch_backend.read_metadata(pte)[executorch_backend.FLOAT_OPS_KEY] == "sin"
     x = np.random.default_rng(1).standard_normal(shape, np.float32)
     with torch.no_grad():

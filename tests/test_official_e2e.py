@@ -49,7 +49,11 @@ def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys, monkeypatch):
                     "batch_size": 64,
                     "eval_batch_size": 256,
                     "test_fraction": 0.5,
-                    "val_fraction": 0.3,
+                    # seeded stratified subsets: 200 of the ~900 test digits (enough to compare top-1s), and
+                    # 480 of the training ones, a quarter of them validation (the predictor's subnets' scores)
+                    "test_subset": 200,
+                    "train_subset": 480,
+                    "val_fraction": 0.25,
                 },
                 "phases": [{"name": "finetune", "epochs": 1, "lr": 0.02}],
                 "eval": {"calib_batches": 1, "subnets": "minmax"},
@@ -59,7 +63,8 @@ def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys, monkeypatch):
     space = load_recipe(recipe).space
     assert (space.in_channels, space.num_classes, space.feature_channels) == (1, 10, 640)
     table = tmp_path / "table.yaml"
-    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=2, progress=False, max_noise_pct=100.0))
+    # No calibration subnets: the correction is not what this test is about, and each whole subnet is an export.
+    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=0, progress=False, max_noise_pct=100.0))
     # A budget near the smallest subnet keeps the export (and the search's answer) quick.
     budget = 1.1 * LatencyTable.load(table).for_space(space).predict(space.min_arch(48))
     out = tmp_path / "run"
@@ -77,7 +82,9 @@ def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys, monkeypatch):
     (row,) = summary.rows
     result = json.loads(Path(row["onnx"]).with_suffix(".export.json").read_text())
     parity = result["parity"]
-    assert parity["ok"] and parity["max_abs_diff"] <= parity["allowed"] < 1e-3 and parity["top1_agreement"] == 1.0
+    # accurate in absolute terms too (`allowed` grows with the logits, which the fine-tune can push past 90)
+    assert parity["ok"] and parity["max_abs_diff"] <= parity["allowed"] and parity["max_abs_diff"] < 1e-3
+    assert parity["top1_agreement"] == 1.0
     assert result["bn_batches"] > 0  # recalibrated on the digits the supernet was fine-tuned on
     assert row["test_top1"] == onnx_top1(row["onnx"], build_data(load_recipe(recipe).data).test)
     assert row["measured_ms"] == 0.25

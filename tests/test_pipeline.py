@@ -24,6 +24,8 @@ from ofa.utils.errors import OFAError
 from ofa.utils.io import read_yaml
 
 FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
+# One resolution and a smaller training split keep the end-to-end run quick; every stage still runs.
+SMALL = ("space.resolutions=[8]", "data.synthetic.train_size=96")
 
 
 def run(cfg: PipelineConfig) -> tuple[dict, list[str], list[str]]:
@@ -33,11 +35,11 @@ def run(cfg: PipelineConfig) -> tuple[dict, list[str], list[str]]:
 
 
 def test_pipeline_end_to_end_and_resume(tmp_path, monkeypatch):
-    space = SearchSpace.from_dict(read_yaml(RECIPE)["space"])
+    space = load_recipe(RECIPE, list(SMALL)).space
     table = tmp_path / "table.yaml"
-    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=3, max_noise_pct=100.0, progress=False))
+    build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=2, max_noise_pct=100.0, progress=False))
     out = tmp_path / "run"
-    cfg = PipelineConfig(recipe=RECIPE, out=out, subnets=12, lut=table)
+    cfg = PipelineConfig(recipe=RECIPE, out=out, overrides=SMALL, subnets=12, lut=table)
 
     known_call_ms(monkeypatch, 0.25)  # from here on every timed call reads 0.25 ms: the exports' latency
     summary, calls, _ = run(cfg)
@@ -60,7 +62,7 @@ def test_pipeline_end_to_end_and_resume(tmp_path, monkeypatch):
     assert any(p.endswith(".png") and "curve" in p for p in summary["plots"])  # training curves
     rows = summary["rows"]
     assert len(rows) == 4
-    test_images = build_data(load_recipe(RECIPE).data).test
+    test_images = build_data(load_recipe(RECIPE, list(SMALL)).data).test
     targets = [r["target_ms"] for r in rows]
     assert targets == sorted(targets) and len(set(targets)) == 4
     for r in rows:
@@ -89,7 +91,7 @@ def test_pipeline_end_to_end_and_resume(tmp_path, monkeypatch):
     assert victim.is_file()
 
     # A changed recipe is refused instead of mixing two runs in one folder.
-    changed = PipelineConfig(recipe=RECIPE, out=out, subnets=12, lut=table, overrides=["phases.full.epochs=3"])
+    changed = PipelineConfig(recipe=RECIPE, out=out, subnets=12, lut=table, overrides=[*SMALL, "phases.full.epochs=3"])
     with pytest.raises(OFAError, match=r"stage 'train': .*phases\[.*\]\.epochs is 3, but .* was trained with 2"):
         run(changed)
     assert json.loads((out / "pipeline.json").read_text())["train"]
@@ -111,6 +113,8 @@ def test_pipeline_builds_its_table_here_and_a_strict_limit_stops_it_in_one_line(
     monkeypatch.setattr(lut_build, "time_models", noisy)
     protocols: list[dict] = []
     monkeypatch.setattr(pipeline_module, "Standalone", lambda **kw: protocols.append(kw) or FAST)
+    two = lambda **kw: TableBuildConfig(**{**kw, "calibrate": 2})  # noqa: E731  (2 whole subnets, not 10, each)
+    monkeypatch.setattr(pipeline_module, "TableBuildConfig", two)
     pipeline = Pipeline(PipelineConfig(recipe=RECIPE, out=tmp_path / "run", max_noise_pct=5.0), log=lambda _: None)
     with pytest.raises(OFAError, match=r"^stage 'lut': .*too noisy to measure at \d+ px: .*±30\.0%") as info:
         pipeline.stage("lut", lambda: pipeline.latency_table(space))

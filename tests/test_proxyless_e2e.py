@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import known_call_ms, onnx_top1, perturb
 from test_export import fake_data, ort_logits
-from test_model_folder import REBUILD, card_snippet
+from test_model_folder import REBUILD, ShortStandalone, card_snippet
 
 from ofa import load_subnet
 from ofa.cli import main
@@ -33,6 +33,16 @@ RECIPE = TESTS / "recipes" / "tiny_proxyless.yaml"
 CHECKPOINT = TESTS / "fixtures" / "ofa_proxyless_w0.5_c10_random.pth"
 EXPECTED = TESTS / "fixtures" / "ofa_proxyless_w0.5_c10_expected.pt"
 FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
+SMALL = ("data.synthetic.train_size=80", "data.augment=none", "phases.full.epochs=1")  # a shorter pipeline run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_curves():
+    """No training-curves PNG: no test here reads it (tests/test_train.py checks it), and drawing it is a fair
+    share of a run this small."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("ofa.train.loop.plot_training_curves", lambda *a: None)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -47,17 +57,19 @@ def test_pipeline_on_a_proxyless_recipe(tmp_path, monkeypatch):
     build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=2, max_noise_pct=100.0, progress=False))
     known_call_ms(monkeypatch, 0.25)
     out = tmp_path / "run"
-    result = Pipeline(PipelineConfig(recipe=RECIPE, out=out, subnets=10, lut=table, targets_ms=(1e6,))).run()
+    cfg = PipelineConfig(RECIPE, out, SMALL, subnets=10, calib_batches=1, lut=table, targets_ms=(1e6,))
+    result = Pipeline(cfg).run()
     assert result.ran[:4] == ["train", "collect", "fit", "search"] and len(result.ran) == 5
     assert isinstance(load_supernet(out / "supernet.pt"), OFAProxylessNAS)
     (row,) = result.rows
-    assert row["test_top1"] == onnx_top1(row["onnx"], build_data(load_recipe(RECIPE).data).test)
+    assert row["test_top1"] == onnx_top1(row["onnx"], build_data(load_recipe(RECIPE, SMALL).data).test)
     assert row["predicted_ms"] <= 1e6 and row["macs"] > 0 and row["measured_ms"] == 0.25
 
 
-def test_model_folder_rebuilds_with_timm_and_safetensors_alone(net, tmp_path):
+def test_model_folder_rebuilds_with_timm_and_safetensors_alone(net, tmp_path, monkeypatch):
     arch = sample_arch(net.space, 4)
     out = tmp_path / "subnet"
+    monkeypatch.setattr("ofa.lut.measure.Standalone", ShortStandalone)  # a short latency protocol
     export_subnet(
         net,
         arch,

@@ -16,6 +16,17 @@ from bench import ps_rules as rules
 from bench.ps_runs import ScratchRun
 
 ROOT = Path(__file__).resolve().parents[1]
+# Smaller runs of the tiny recipe: fewer images, no augmentation, a one-epoch full phase, one calibration batch.
+SMALL = ["data.synthetic.train_size=80", "data.augment=none", "phases.full.epochs=1", "eval.calib_batches=1"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_curves():
+    """No training-curves PNG: no test here reads it (tests/test_train.py checks it), and drawing it is a fair
+    share of a run this small."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("ofa.train.loop.plot_training_curves", lambda *a: None)
+        yield
 
 
 def _factor(lr: float) -> float:
@@ -25,10 +36,11 @@ def _factor(lr: float) -> float:
 def test_bench_decides_on_validation_reports_both_splits_and_reuses_finished_runs(tmp_path, capsys):
     argv = ["--recipe", str(TINY_RECIPE), "--seeds", "0", "1", "--random", "1", "--scratch-epochs", "2"]
     argv += ["--lr-factors", "0.5", "1", "--lr-extensions", "1", "--doublings", "1", "--cache", str(tmp_path)]
+    argv += [f for s in SMALL for f in ("--set", s)]
     assert ps_vs_scratch.main([*argv, "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(report["subnets"]) == {"smallest", "middle", "largest", "random_1"}
-    assert report["val_images"] == 16 and report["test_images"] == 64
+    assert report["val_images"] == 8 and report["test_images"] == 64  # 80 training images: 10% validation
     for row in report["subnets"].values():
         twin = row["twin"]
         grid = rules.lr_grid({_factor(float(lr)): v for lr, v in twin["grid"].items()}, (0.5, 1.0), 1)
@@ -132,8 +144,8 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
     doc = f"intro\n{ps_ablation.SCHEDULES_BEGIN}\nold\n{ps_ablation.SCHEDULES_END}\noutro\n"
     (tmp_path / "page.md").write_text(doc)
     cache = tmp_path / "cache"
-    sets = ["data.synthetic.train_size=64", "checkpoint.every_steps=0"]
-    sets += ["phases.depth.epochs=7", "phases.depth.subnets_per_step=4"]  # 8 epochs, 30 passes
+    sets = ["data.synthetic.train_size=32", "checkpoint.every_steps=0", "data.augment=none", "eval.calib_batches=1"]
+    sets += ["phases.depth.epochs=7", "phases.depth.subnets_per_step=3"]  # 8 epochs, 23 passes
     argv = ["--recipe", str(TINY_RECIPE), *(f for s in sets for f in ("--set", s))]
     argv += ["--full-doublings", "0", "--cache", str(cache), "--json"]
     assert ps_ablation.main(argv) == 0
@@ -143,7 +155,7 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
     assert [len(s["seeds"]) for s in result["schedules"].values()] == [2, 2, 2, 2]
     epochs = [sum(int(p.split()[1].split("x")[0]) for p in s["phases"]) for s in (one, equal)]
     assert epochs == [8, 8] and [p.split()[0] for p in equal["phases"]][::2] == ["kernel", "depth_2", "expand_2"]
-    assert matched["passes"] == one["passes"] == 30 and equal["passes"] < 30  # compute-matched: the same passes
+    assert matched["passes"] == one["passes"] == 23 and equal["passes"] < 23  # compute-matched: the same passes
     assert result["winner_on_val"] == max(result["schedules"], key=lambda n: result["schedules"][n]["mean_val"])
     full_runs = [p for p in cache.glob("ps-*") if "phases:\n- name: full" in (p / "recipe.yaml").read_text()]
     assert len(full_runs) == 2  # one full network per seed, shared by the four schedules
@@ -170,7 +182,14 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
 def test_sides_run_apart_fill_the_cache_of_the_full_report(tmp_path, capsys):
     """Processes that run one side each (or share the runs as workers) leave a cache the full report only reads."""
     common = ["--recipe", str(TINY_RECIPE), "--seeds", "0", "--random", "0", "--scratch-epochs", "2"]
-    common += ["--lr-factors", "1", "--no-convergence", "--cache", str(tmp_path)]
+    common += [
+        "--lr-factors",
+        "1",
+        "--no-convergence",
+        "--cache",
+        str(tmp_path),
+        *(f for s in SMALL for f in ("--set", s)),
+    ]
     threads = torch.get_num_threads()
     try:
         side = ["--side", "scratch", "--subnets", "largest", "smallest", "--threads", "1", "--worker", "1/2"]

@@ -34,6 +34,16 @@ RECIPE = TESTS / "recipes" / "tiny_resnet.yaml"
 CHECKPOINT = TESTS / "fixtures" / "ofa_resnet50_w0.1-0.15-0.2_c10_random.pth"
 EXPECTED = TESTS / "fixtures" / "ofa_resnet50_w0.1-0.15-0.2_c10_expected.pt"
 FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
+SMALL = ("data.synthetic.train_size=64", "data.augment=none")  # a shorter pipeline run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_curves():
+    """No training-curves PNG: no test here reads it (tests/test_train.py checks it), and drawing it is a fair
+    share of a run this small."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("ofa.train.loop.plot_training_curves", lambda *a: None)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +51,11 @@ def run(tmp_path_factory) -> tuple[Path, list[dict]]:
     """`ofa pipeline` of the tiny resnet recipe (every timed call reads 0.25 ms)."""
     tmp = tmp_path_factory.mktemp("resnet_pipeline")
     table = tmp / "table.yaml"
-    build_table(load_recipe(RECIPE).space, TableBuildConfig(table, protocol=FAST, calibrate=3, max_noise_pct=100.0))
+    build_table(load_recipe(RECIPE).space, TableBuildConfig(table, protocol=FAST, calibrate=2, max_noise_pct=100.0))
     with pytest.MonkeyPatch.context() as mp:
         known_call_ms(mp, 0.25)
-        result = Pipeline(PipelineConfig(recipe=RECIPE, out=tmp / "run", subnets=12, lut=table), log=lambda _: None)
+        cfg = PipelineConfig(RECIPE, tmp / "run", SMALL, subnets=10, calib_batches=1, lut=table)
+        result = Pipeline(cfg, log=lambda _: None)
         result = result.run()
     assert result.ran[:4] == ["train", "collect", "fit", "search"] and len(result.ran) == 8
     return tmp / "run", result.rows
@@ -54,7 +65,7 @@ def test_pipeline_runs_every_stage_for_a_resnet(run):
     out, rows = run
     assert isinstance(load_supernet(out / "supernet.pt"), OFAResNet)
     assert len(rows) == 4 and [r["target_ms"] for r in rows] == sorted(r["target_ms"] for r in rows)
-    test_images = build_data(load_recipe(RECIPE).data).test
+    test_images = build_data(load_recipe(RECIPE, SMALL).data).test
     for r in rows:
         assert r["arch"].startswith("r") and r["macs"] > 0 and r["predicted_ms"] <= r["target_ms"] + 1e-9
         assert r["test_top1"] == onnx_top1(r["onnx"], test_images)
@@ -157,8 +168,8 @@ def test_sigkill_then_resume_is_bitwise_for_resnet(tmp_path):
     reference = train(load_recipe(RECIPE, overrides), tmp_path / "reference")
     out = tmp_path / "run"
     kill_after = random.randint(2, 4 * 6 - 8)  # 4 epochs of 6 steps
-    cmd = [sys.executable, "-m", "ofa", "train", str(RECIPE), "--out", str(out)]
-    returncode = kill_at_step([*cmd, *[a for o in overrides for a in ("--set", o)]], out / "checkpoints", kill_after)
+    argv = ["train", str(RECIPE), "--out", str(out), *[a for o in overrides for a in ("--set", o)]]
+    returncode = kill_at_step([sys.executable, "-m", "ofa", *argv], out / "checkpoints", kill_after)
     assert returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
     resumed = train(load_recipe(RECIPE, overrides), out, resume=True)
     ref, got = (torch.load(p, weights_only=True)["state_dict"] for p in (reference, resumed))

@@ -29,6 +29,15 @@ from ofa.utils.io import save_torch
 OVERRIDES = ["checkpoint.every_steps=2"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_curves():
+    """No training-curves PNG: no test here reads it (tests/test_train.py checks it), and drawing it is a fair
+    share of a run this small."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("ofa.train.loop.plot_training_curves", lambda *a: None)
+        yield
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     """An uninterrupted run."""
@@ -51,17 +60,8 @@ def test_sigkill_at_a_random_step_then_resume_is_bitwise_identical(reference, tm
     out = tmp_path / "run"
     total = 4 * 9  # 4 epochs of 9 steps
     kill_after = random.randint(2, total - 8)
-    cmd = [
-        sys.executable,
-        "-m",
-        "ofa",
-        "train",
-        str(TINY),
-        "--out",
-        str(out),
-        *[a for o in OVERRIDES for a in ("--set", o)],
-    ]
-    returncode = kill_at_step(cmd, out / "checkpoints", kill_after)
+    argv = ["train", str(TINY), "--out", str(out), *[a for o in OVERRIDES for a in ("--set", o)]]
+    returncode = kill_at_step([sys.executable, "-m", "ofa", *argv], out / "checkpoints", kill_after)
     assert returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
     assert not (out / "supernet.pt").exists()
 
