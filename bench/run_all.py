@@ -526,7 +526,7 @@ def _ps_table(result: dict) -> list[str]:
         f"images, seeds {result['seeds']}. PS run {result['ps_cpu_seconds']:.0f} CPU s ({result['ps_seconds']:.0f} "
         f"wall s, {result['ps_train_images']:,} subnet-images); largest twin at its converged epoch count "
         f"({basis['epochs']}) {basis['cpu_seconds']:.0f} CPU s ({basis['seconds']:.0f} wall s); PS / largest twin "
-        f"{result['cpu_ratio']:.2f} in CPU s ({result['wall_ratio']:.2f} wall; budget 4). Within 0.5 points of the "
+        f"{_cell(result['cpu_ratio'])} in CPU s ({result['wall_ratio']:.2f} wall; budget 4). Within 0.5 points of the "
         f"best twin everywhere (test): {'yes' if result['within_target'] else 'no'}; twins converged: "
         f"{'yes' if result['scratch_converged'] else 'no'}.",
     ]
