@@ -42,6 +42,15 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="module")
+def no_curves():
+    """No training-curves PNG for a module's runs (`pytest.mark.usefixtures("no_curves")`): its tests do not read
+    it (tests/test_train.py checks it), and drawing it is a fair share of a run that small."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("ofa.train.loop.plot_training_curves", lambda *a: None)
+        yield
+
+
 def tiny_space(**overrides) -> SearchSpace:
     """A 3-stage space with every feature of the mbv3 space (SE, both activations, strides, kernels 3/5/7)."""
     base = dict(

@@ -20,13 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["data.synthetic.train_size=80", "data.augment=none", "phases.full.epochs=1", "eval.calib_batches=1"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_curves():
-    """No training-curves PNG: no test here reads it (tests/test_train.py checks it), and drawing it is a fair
-    share of a run this small."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("ofa.train.loop.plot_training_curves", lambda *a: None)
-        yield
+# No training-curves PNG (tests/conftest.py `no_curves`): drawing it is a fair share of runs this small.
+pytestmark = pytest.mark.usefixtures("no_curves")
 
 
 def _factor(lr: float) -> float:

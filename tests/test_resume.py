@@ -29,13 +29,8 @@ from ofa.utils.io import save_torch
 OVERRIDES = ["checkpoint.every_steps=2"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_curves():
-    """No training-curves PNG: no test here reads it (tests/test_train.py checks it), and drawing it is a fair
-    share of a run this small."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("ofa.train.loop.plot_training_curves", lambda *a: None)
-        yield
+# No training-curves PNG (tests/conftest.py `no_curves`): drawing it is a fair share of runs this small.
+pytestmark = pytest.mark.usefixtures("no_curves")
 
 
 @pytest.fixture(scope="module")
