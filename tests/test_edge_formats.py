@@ -61,7 +61,6 @@ def exported(net, tmp_path_factory):
     cfg = ExportConfig(out, calib_batches=2, batch_size=32, formats=("openvino", "executorch", "onnx"))
     with pytest.MonkeyPatch.context() as clock:
         known_call_ms(clock, 10.0)  # every latency the export measures: 10 ms a call, a block of 3 calls
-        clock.setattr(Standalone, "_burn_in", lambda self, runners: None)  # no second of untimed calls per runtime
         return export_subnet(net, arch, cfg, data=fake_data(net.space)), out
 
 

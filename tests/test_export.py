@@ -372,11 +372,9 @@ def synthetic_table(space, batch: int = 1, backend: str = "ort-cpu"):
 
 
 def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path, capsys, monkeypatch):
-    from ofa.lut.timing import Standalone
     from search.latency import save_table
 
     known_call_ms(monkeypatch, 10.0)  # the calls run, the clocks read 10 ms: 15 blocks, each of 3 calls
-    monkeypatch.setattr(Standalone, "_burn_in", lambda self, runners: None)  # nor a second of untimed calls each
     table = synthetic_table(net.space, batch=2)
     arch = sample_arch(net.space, 9)
     r = export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx"), table=table)
