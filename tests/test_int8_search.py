@@ -43,6 +43,11 @@ DATA = {
 }
 
 
+def small_fit(**kwargs) -> FitConfig:
+    """The predictor fits of these tests: a 32-wide MLP, not OFA's 3 x 400, and a short patience."""
+    return FitConfig(**kwargs, hidden=32, patience=10)
+
+
 def small_space() -> SearchSpace:
     return tiny_space(in_channels=1, num_classes=4, resolutions=(8,), kernels=(3,), expands=(2,), depths=(1,))
 
@@ -171,7 +176,6 @@ def test_pipeline_runs_in_int8_end_to_end(tmp_path, monkeypatch):
     build_table(space, TableBuildConfig(table, **one))  # one resolution: the pipeline searches only it
     out = tmp_path / "run"
     known_call_ms(monkeypatch, 0.25)  # every timed call from here reads 0.25 ms
-    small_fit = lambda **k: FitConfig(**k, hidden=32, patience=10)  # noqa: E731  (not OFA's 3 x 400 MLP)
     monkeypatch.setattr(pipeline_stages, "FitConfig", small_fit)
     # what is trained does not matter here, only that every stage runs in INT8
     short = ("phases.full.epochs=1", "data.synthetic.train_size=96")
@@ -240,7 +244,7 @@ def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_
     from bench import int8_search, search_quality_measure
 
     fast = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
-    monkeypatch.setattr(int8_search, "FitConfig", lambda **k: FitConfig(**k, hidden=32, patience=10))  # small MLPs,
+    monkeypatch.setattr(int8_search, "FitConfig", small_fit)  # small MLPs,
     monkeypatch.setattr(search_quality_measure, "Standalone", lambda budget_s: fast)  # quick tables,
     quick = search_quality_measure.TableBuildConfig
     monkeypatch.setattr(search_quality_measure, "TableBuildConfig", lambda **k: quick(**k, calibrate=2))  # 2 subnets

@@ -360,6 +360,11 @@ def no_burn_in(protocol):
     return replace(protocol, burn_in_s=0.0) if isinstance(protocol, Standalone) else protocol
 
 
+def time_without_burn_in(models, protocol, progress=None):
+    """`time_models` as a table build or check calls it, with `no_burn_in` of its protocol."""
+    return time_models(models, no_burn_in(protocol))
+
+
 def noisy_after(first_quiet: int, timings: list):
     """A `time_models` whose first ``first_quiet`` timings are quiet and every later one noisy (±40%)."""
 
@@ -428,7 +433,7 @@ def test_noisy_build_warns_writes_and_remeasures_only_the_noisy_resolutions(tmp_
 
 def test_interleaved_protocol_and_thread_clock_stay_available(tmp_path, monkeypatch):
     protocol = Interleaved(warmup=1, rounds=4, prime=1, calls=1, keep=0.5, trim=0.0)
-    monkeypatch.setattr(lut_check, "time_models", lambda models, p, progress=None: time_models(models, no_burn_in(p)))
+    monkeypatch.setattr(lut_check, "time_models", time_without_burn_in)
     table = build_table(small_space(resolutions=(8,)), build(tmp_path / "t.yaml", protocol=protocol))
     assert table.meta["protocol"]["kind"] == "interleaved-rounds" and table.meta["clock"] == "thread-cpu-time"
     assert protocol_from_dict(table.meta["protocol"]) == protocol
@@ -586,7 +591,7 @@ def test_torch_cpu_backend_builds_without_overhead(tmp_path):
 
 # ------------------------------------------------------------------------------------------ CLI end to end
 def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(lut_build, "time_models", lambda models, p, progress=None: time_models(models, no_burn_in(p)))
+    monkeypatch.setattr(lut_build, "time_models", time_without_burn_in)
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump({"space": small_space().to_dict()}))
     table_path, out = tmp_path / "tiny.yaml", tmp_path / "check"
