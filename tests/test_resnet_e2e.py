@@ -163,8 +163,8 @@ def test_sigkill_then_resume_is_bitwise_for_resnet(tmp_path):
     reference = train(load_recipe(RECIPE, overrides), tmp_path / "reference")
     out = tmp_path / "run"
     kill_after = random.randint(2, 4 * 6 - 8)  # 4 epochs of 6 steps
-    argv = ["train", str(RECIPE), "--out", str(out), *[a for o in overrides for a in ("--set", o)]]
-    returncode = kill_at_step([sys.executable, "-m", "ofa", *argv], out / "checkpoints", kill_after)
+    cmd = [sys.executable, "-m", "ofa", "train", str(RECIPE), "--out", str(out)]
+    returncode = kill_at_step([*cmd, *[a for o in overrides for a in ("--set", o)]], out / "checkpoints", kill_after)
     assert returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
     resumed = train(load_recipe(RECIPE, overrides), out, resume=True)
     ref, got = (torch.load(p, weights_only=True)["state_dict"] for p in (reference, resumed))

@@ -55,8 +55,17 @@ def test_sigkill_at_a_random_step_then_resume_is_bitwise_identical(reference, tm
     out = tmp_path / "run"
     total = 4 * 9  # 4 epochs of 9 steps
     kill_after = random.randint(2, total - 8)
-    argv = ["train", str(TINY), "--out", str(out), *[a for o in OVERRIDES for a in ("--set", o)]]
-    returncode = kill_at_step([sys.executable, "-m", "ofa", *argv], out / "checkpoints", kill_after)
+    cmd = [
+        sys.executable,
+        "-m",
+        "ofa",
+        "train",
+        str(TINY),
+        "--out",
+        str(out),
+        *[a for o in OVERRIDES for a in ("--set", o)],
+    ]
+    returncode = kill_at_step(cmd, out / "checkpoints", kill_after)
     assert returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
     assert not (out / "supernet.pt").exists()
 
