@@ -44,6 +44,7 @@ from matplotlib.figure import Figure
 from bench.common import DATA, ROOT
 from ofa.data.config import missing_dataset
 from ofa.data.loaders import make_loader, set_loader_epoch
+from ofa.train.bn import CalibrationBatches
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.critical_batch import TradeoffFit, fit_tradeoff
 from ofa.train.distributed import DistEnv, process_group
@@ -127,7 +128,8 @@ def new_trainer(recipe: Recipe, p: int, state: dict | None, env: DistEnv) -> Tra
         trainer.load_state(copy.deepcopy(state))
     trainer.begin_phase(p)
     # One calibration set for every batch size, so the target means the same at each.
-    trainer.session.calib_loader = make_loader(trainer.session.data.train, 128, shuffle=True, seed=recipe.seed + 1)
+    calib = make_loader(trainer.session.data.train, 128, shuffle=True, seed=recipe.seed + 1)
+    trainer.session.calib_loader = CalibrationBatches(calib)
     return trainer
 
 

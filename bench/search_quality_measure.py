@@ -33,7 +33,8 @@ from ofa.families.genes import GeneLayoutBase
 from ofa.families.registry import layout_of
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.layer_models import subnet_runners
-from ofa.lut.timing import Standalone, protocol_from_dict, time_models
+from ofa.lut.protocols import protocol_from_dict, time_models
+from ofa.lut.timing import Standalone
 from ofa.runtime.runtimes import runtime_info
 from ofa.train import Recipe, train
 from ofa.train.bn import recalibrate_bn

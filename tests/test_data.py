@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import numpy as np
@@ -12,6 +13,7 @@ from PIL import Image
 from ofa.data.config import DataConfig
 from ofa.data.datasets import ImageSplit, build_data, data_from_meta
 from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch
+from ofa.train import bn
 from ofa.utils.config import ConfigError
 from ofa.utils.errors import OFAError
 
@@ -216,3 +218,40 @@ def test_imagefolder_tree(tmp_path):
     assert b.train[0][0].shape == (3, 16, 16) and b.test[0][0].shape == (3, 16, 16)
     with pytest.raises(OFAError, match=r"data\.test_split: .*test does not exist"):
         build_data({"name": "imagefolder", "root": str(tmp_path), "test_split": "test"})
+
+
+def _calibration(monkeypatch, keep_bytes: int | None = None):
+    """A calibration set over an augmented training split, counting the images the split transforms."""
+    if keep_bytes is not None:
+        monkeypatch.setattr(bn, "KEEP_BYTES", keep_bytes)
+    train = build_data({"name": "digits", "image_size": 8, "augment": "light"}).train
+    reads = []
+    transform = train.transform
+    monkeypatch.setattr(train, "transform", lambda image: reads.append(1) or transform(image))
+    return train, make_loader(train, 32, shuffle=True, seed=1), reads
+
+
+def test_calibration_batches_are_drawn_once_at_epoch_zero_whatever_the_training_epoch(monkeypatch):
+    train, loader, reads = _calibration(monkeypatch)
+    set_loader_epoch(loader, 0)
+    expected = [b[0].clone() for _, b in zip(range(3), loader)]
+    reads.clear()
+    calib = bn.CalibrationBatches(loader)
+    train.set_epoch(5)  # training moved on: calibration images stay those of epoch 0
+    first = [b[0] for b in itertools.islice(calib, 2)]
+    assert len(reads) == 2 * 32  # exactly the batches used: none drawn past them
+    train.set_epoch(7)
+    again = [b[0] for b in itertools.islice(calib, 3)]  # two replayed, the third drawn at epoch 0
+    assert len(reads) == 3 * 32
+    assert all(torch.equal(a, e) for a, e in zip(first, expected)) and len(again) == 3
+    assert all(torch.equal(a, e) for a, e in zip(again, expected))
+    list(itertools.islice(calib, 3))
+    assert len(reads) == 3 * 32  # replayed: nothing transformed again
+
+
+def test_calibration_batches_over_the_memory_cap_are_drawn_again_the_same(monkeypatch):
+    _, loader, reads = _calibration(monkeypatch, keep_bytes=0)
+    calib = bn.CalibrationBatches(loader)
+    first = [b[0] for b in itertools.islice(calib, 2)]
+    second = [b[0] for b in itertools.islice(calib, 2)]
+    assert len(reads) == 4 * 32 and all(torch.equal(a, b) for a, b in zip(first, second))

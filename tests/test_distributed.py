@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import FAST
 from conftest import TINY_RECIPE as TINY
 
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.lut.build import TableBuildConfig, build_table
-from ofa.lut.timing import Standalone
 from ofa.train import load_recipe, train
 
 # No dropout (its masks are per process), and a short schedule: full network, then the sandwich
@@ -33,7 +33,6 @@ COMMON = [
     "phases.depth.epochs=1",
     "checkpoint.every_steps=0",
 ]
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 DIST = ["data.batch_size=8", "schedule.micro_batches=1"]  # per rank: 2 ranks x 8 = the global batch 16
 
 

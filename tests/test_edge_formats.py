@@ -22,7 +22,8 @@ from ofa.families.mbv3.space import StageSpec
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.check import CheckConfig, check_table
 from ofa.lut.layer_models import LayerModules, empty_runner, input_shape
-from ofa.lut.timing import Standalone, time_models
+from ofa.lut.protocols import time_models
+from ofa.lut.timing import Standalone
 from ofa.runtime import formats
 from ofa.runtime.convert import read_metadata
 from ofa.runtime.runtimes import OrtModel, check_backend, make_runner
@@ -70,7 +71,9 @@ def test_edge_backends_time_a_layer_and_the_empty_model(net, backend, monkeypatc
     modules = LayerModules(net.space)
     key, (spec, module) = next(iter(modules.for_resolution(16).items()))
     runners = {key: make_runner(backend, module, input_shape(spec, 1), 1), "<empty>": empty_runner(backend, 1, 1)}
-    stats = time_models(runners, Standalone(warmup=1, calls=5, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0))
+    stats = time_models(
+        runners, Standalone(warmup=1, calls=5, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0, span_s=0.0)
+    )
     assert all(s["mean_ms"] == 0.25 and s["count"] == 3 for s in stats.values())  # 3 blocks, no time budget
 
 
@@ -81,7 +84,7 @@ def test_openvino_table_builds_with_overhead_and_correction_and_checks(tmp_path)
         backend="openvino-cpu",
         calibrate=2,
         max_noise_pct=1000,
-        protocol=Standalone(warmup=1, calls=5, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0),
+        protocol=Standalone(warmup=1, calls=5, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0, span_s=0.0),
         progress=False,
     )
     table = build_table(space, cfg)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_RECIPE, known_call_ms, perturb, tiny_space
+from conftest import FAST, TINY_RECIPE, known_call_ms, perturb, tiny_space
 
 from ofa.cli import main
 from ofa.data.datasets import data_from_meta
@@ -20,7 +20,6 @@ from ofa.families.mbv3.encoding import GeneLayout
 from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.lut.build import TableBuildConfig, build_table
-from ofa.lut.timing import Standalone
 from ofa.pipeline import Pipeline, PipelineConfig
 from ofa.pipeline import stages as pipeline_stages
 from ofa.utils.errors import OFAError
@@ -33,7 +32,6 @@ from search.predictor.fit import FitConfig, fit_predictor
 from search.predictor.model import AccuracyPredictor
 from search.search_config import SearchConfig
 
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 DATA = {
     "name": "synthetic",
     "image_size": 8,
@@ -243,9 +241,8 @@ def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_
     test split, timed whole; the INT8 table judged by `lut check`."""
     from bench import int8_search, search_quality_measure
 
-    fast = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
     monkeypatch.setattr(int8_search, "FitConfig", small_fit)  # small MLPs,
-    monkeypatch.setattr(search_quality_measure, "Standalone", lambda budget_s: fast)  # quick tables,
+    monkeypatch.setattr(search_quality_measure, "Standalone", lambda budget_s: FAST)  # quick tables,
     quick = search_quality_measure.TableBuildConfig
     monkeypatch.setattr(search_quality_measure, "TableBuildConfig", lambda **k: quick(**k, calibrate=2))  # 2 subnets
     argv = ["--recipe", str(TINY_RECIPE), "--set", "checkpoint.every_steps=0", "--set", "space.resolutions=[8]"]

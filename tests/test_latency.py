@@ -14,6 +14,7 @@ import onnx
 import pytest
 import torch
 import yaml
+from conftest import FAST
 
 from bench import standalone_latency
 from ofa.cli import main
@@ -27,14 +28,13 @@ from ofa.lut.build import TableBuildConfig, build_table, calibration_archs, fit_
 from ofa.lut.check import CheckConfig, check_table
 from ofa.lut.layer_models import LayerModules, input_shape, layer_specs
 from ofa.lut.measure import TimingConfig, measure_latencies, measure_onnx
+from ofa.lut.protocols import protocol_from_dict, time_models, with_overrides
 from ofa.lut.stats import block_figure, noise_pct, quantile_stats, quiet_rounds, repeat_stats, trimmed_stats
-from ofa.lut.timing import Interleaved, Standalone, protocol_from_dict, summarize, time_models, with_overrides
+from ofa.lut.timing import Interleaved, Standalone, summarize
 from ofa.runtime.convert import export_onnx
 from ofa.runtime.runtimes import Runner
 from ofa.utils.errors import OFAError
 from search.latency import LatencyTable, space_from_arg
-
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 
 
 def build(out, **settings) -> TableBuildConfig:
@@ -298,7 +298,7 @@ def test_quantile_estimate_holds_on_a_bursty_host_where_the_median_does_not(monk
     true_ms = {"layer": 0.01, "block": 0.1, "subnet": 1.0, "large": 5.0}
     worst_new, worst_old = 0.0, 0.0
     for seed in range(4):
-        protocol = Standalone(seed=seed, budget_s=5.0, burn_in_s=0.0)  # time to converge; the budget: not tested
+        protocol = Standalone(seed=seed, budget_s=5.0, burn_in_s=0.0, span_s=0.0)  # a simulated clock: no real span
         new = time_models({k: HostRunner(BurstyHost(seed), ms) for k, ms in true_ms.items()}, protocol)
         host = BurstyHost(seed)  # the same host for today's median: one host for all its models, as a build has
         old = time_models({k: HostRunner(host, ms) for k, ms in true_ms.items()}, Standalone(estimator="median"))
@@ -325,13 +325,41 @@ class WarmingRunner(Runner):
 def test_the_burn_in_outlasts_the_slow_first_second_of_freshly_loaded_models(monkeypatch):
     """Without it a few models reach their stopping rule inside the slow stretch and keep its figure."""
     monkeypatch.setattr(timing, "host_steal_ticks", lambda: 0)
-    quick = {"blocks": 3, "block_ms": 1.0, "budget_s": 0.0, "warmup": 1}
+    quick = {"blocks": 3, "block_ms": 1.0, "budget_s": 0.0, "warmup": 1, "span_s": 0.0}
     cold = time_models({"m": WarmingRunner()}, Standalone(**quick, burn_in_s=0.0))
     warm = time_models({"m": WarmingRunner()}, Standalone(**quick, burn_in_s=0.5))
     assert cold["m"]["mean_ms"] == pytest.approx(1.2) and warm["m"]["mean_ms"] == pytest.approx(1.0)
-    assert Standalone().burn_in_s == 1.0 and timing.protocol_from_dict({"kind": "standalone"}).burn_in_s == 0.0
+    assert Standalone().burn_in_s == 1.0 and protocol_from_dict({"kind": "standalone"}).burn_in_s == 0.0
     with pytest.raises(OFAError, match=r"protocol.burn_in_s: expected seconds >= 0"):
         Standalone(burn_in_s=-1)
+
+
+class BurstRunner(Runner):
+    """Calls of 1.5 ms during a host burst over its first 0.3 s of wall time, then of 1.0 ms (slept, so that
+    blocks take the wall time they report)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def times(self, calls):
+        ms = 1.5 if time.perf_counter() - self.start < 0.3 else 1.0
+        time.sleep(calls * ms / 1e3)
+        wall = np.full(calls, ms)
+        return wall, wall.copy()
+
+
+def test_a_model_timed_alone_spans_more_than_one_burst(monkeypatch):
+    """Its blocks inside one burst agree with each other, so the interval alone would stop there with the
+    burst's figure; the least span keeps it timing past the burst, and the low quantile drops the burst."""
+    monkeypatch.setattr(timing, "host_steal_ticks", lambda: 0)
+    quick = {"blocks": 3, "block_ms": 5.0, "budget_s": 0.0, "warmup": 1, "burn_in_s": 0.0}
+    inside = time_models({"m": BurstRunner()}, Standalone(**quick, span_s=0.0))
+    spanned = time_models({"m": BurstRunner()}, Standalone(**quick, span_s=0.5))
+    assert inside["m"]["mean_ms"] == pytest.approx(1.5) and spanned["m"]["mean_ms"] == pytest.approx(1.0)
+    assert Standalone().span_s == 1.0 and protocol_from_dict({"kind": "standalone"}).span_s == 0.0
+    assert "span_s" in Standalone().to_dict()
+    with pytest.raises(OFAError, match=r"protocol.span_s: expected seconds >= 0"):
+        Standalone(span_s=-1)
 
 
 def test_quantile_interval_narrows_with_blocks_and_covers_the_true_quantile():
@@ -350,14 +378,17 @@ def test_blocks_with_host_steal_are_left_out_and_timed_again(monkeypatch):
     reads = iter([0, 1, 1, 2, 2, 3] + [3] * 100)  # read before and after each block: the first three see steal
     monkeypatch.setattr(timing, "host_steal_ticks", lambda: next(reads))
     runner = ScriptedRunner("m", 1.0, lambda i, calls: (np.ones(calls), np.ones(calls)), [])
-    stats = time_models({"m": runner}, Standalone(blocks=5, budget_s=0.0, block_ms=1.0, warmup=0, burn_in_s=0.0))
+    stats = time_models(
+        {"m": runner}, Standalone(blocks=5, budget_s=0.0, block_ms=1.0, warmup=0, burn_in_s=0.0, span_s=0.0)
+    )
     assert stats["m"]["steal_blocks"] == 3 and stats["m"]["count"] == 5 and runner.invocations == 1 + 8
     assert protocol_from_dict({"kind": "standalone", "blocks": 7}).estimator == "median"  # tables from before
 
 
 def no_burn_in(protocol):
-    """``protocol`` without its untimed burn-in: a second of real time per timing, where no figure is judged."""
-    return replace(protocol, burn_in_s=0.0) if isinstance(protocol, Standalone) else protocol
+    """``protocol`` without its untimed burn-in and least span: seconds of real time per timing, where no figure
+    is judged."""
+    return replace(protocol, burn_in_s=0.0, span_s=0.0) if isinstance(protocol, Standalone) else protocol
 
 
 def time_without_burn_in(models, protocol, progress=None):
@@ -537,7 +568,7 @@ def test_measure_onnx_times_an_exported_model(tmp_path):
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
     path = export_onnx(model, (1, 3, 16, 16), tmp_path / "m.onnx")
     stats = measure_onnx(
-        path, (1, 3, 16, 16), TimingConfig(protocol=Standalone(blocks=5, calls=4, warmup=1, burn_in_s=0.0))
+        path, (1, 3, 16, 16), TimingConfig(protocol=Standalone(blocks=5, calls=4, warmup=1, burn_in_s=0.0, span_s=0.0))
     )
     assert stats["mean_ms"] > 0 and stats["count"] >= 5
     with pytest.raises(OFAError, match="not found"):

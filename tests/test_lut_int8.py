@@ -12,18 +12,17 @@ import onnx
 import onnxruntime as ort
 import pytest
 import yaml
+from conftest import FAST
 
 from ofa.cli import main
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.check import CheckConfig, check_table
 from ofa.lut.pack import ImportConfig, PackConfig, import_timings, pack_models, read_manifest
-from ofa.lut.timing import Standalone
 from ofa.runtime import runtimes
 from ofa.utils.errors import OFAError
 from search.latency import LatencyTable, space_from_arg
 
 DIGITS = Path(__file__).resolve().parents[1] / "recipes" / "digits.yaml"
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 QDQ = {"QuantizeLinear", "DequantizeLinear"}
 
 

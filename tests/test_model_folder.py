@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import perturb, tiny_space
+from conftest import FAST, perturb, tiny_space
 from huggingface_hub import ModelCard
 from test_export import fake_data, ort_logits
 
@@ -26,7 +26,6 @@ from ofa.lut.timing import Standalone
 from ofa.utils.errors import OFAError
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 
 
 class ShortStandalone(Standalone):

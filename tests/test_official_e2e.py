@@ -18,20 +18,18 @@ from pathlib import Path
 
 import onnx
 import yaml
-from conftest import known_call_ms, onnx_top1
+from conftest import FAST, known_call_ms, onnx_top1
 
 from ofa.cli import main
 from ofa.data.datasets import build_data
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.lut.build import TableBuildConfig, build_table
-from ofa.lut.timing import Standalone
 from ofa.pipeline import Pipeline, PipelineConfig
 from ofa.runtime.convert import read_metadata
 from ofa.train import load_recipe
 from search.latency import LatencyTable
 
 CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "ofa_mbv3_w0.5_c10_random.pth"
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 
 
 def test_official_checkpoint_to_onnx_for_digits(tmp_path, capsys, monkeypatch):

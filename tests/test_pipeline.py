@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FAST, known_call_ms, onnx_top1
 from conftest import TINY_RECIPE as RECIPE
-from conftest import known_call_ms, onnx_top1
 
 from ofa.cli import main
 from ofa.data.datasets import build_data
@@ -16,14 +16,13 @@ from ofa.export.result import BudgetVerdict
 from ofa.families.mbv3.space import SearchSpace
 from ofa.lut import build as lut_build
 from ofa.lut.build import TableBuildConfig, build_table
-from ofa.lut.timing import Standalone, time_models
+from ofa.lut.protocols import time_models
 from ofa.pipeline import Pipeline, PipelineConfig, budget_cell, budget_notes, round_up
 from ofa.pipeline import stages as pipeline_module
 from ofa.train import load_recipe
 from ofa.utils.errors import OFAError
 from ofa.utils.io import read_yaml
 
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 # One resolution and a smaller training split keep the end-to-end run quick; every stage still runs.
 SMALL = ("space.resolutions=[8]", "data.synthetic.train_size=96")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import known_call_ms, onnx_top1, perturb
+from conftest import FAST, known_call_ms, onnx_top1, perturb
 from test_export import fake_data, ort_logits
 from test_model_folder import REBUILD, ShortStandalone, card_snippet
 
@@ -24,7 +24,6 @@ from ofa.families.proxyless.encoding import sample_arch
 from ofa.families.proxyless.supernet import OFAProxylessNAS
 from ofa.families.registry import load_supernet
 from ofa.lut.build import TableBuildConfig, build_table
-from ofa.lut.timing import Standalone
 from ofa.pipeline import Pipeline, PipelineConfig
 from ofa.train import load_recipe
 
@@ -32,7 +31,6 @@ TESTS = Path(__file__).resolve().parent
 RECIPE = TESTS / "recipes" / "tiny_proxyless.yaml"
 CHECKPOINT = TESTS / "fixtures" / "ofa_proxyless_w0.5_c10_random.pth"
 EXPECTED = TESTS / "fixtures" / "ofa_proxyless_w0.5_c10_expected.pt"
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 SMALL = ("data.synthetic.train_size=80", "data.augment=none", "phases.full.epochs=1")  # a shorter pipeline run
 
 

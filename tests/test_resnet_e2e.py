@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import kill_at_step, known_call_ms, onnx_top1
+from conftest import FAST, kill_at_step, known_call_ms, onnx_top1
 from test_export import ort_logits
 from test_model_folder import REBUILD, card_snippet
 
@@ -24,7 +24,6 @@ from ofa.families.registry import load_supernet
 from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.supernet import OFAResNet
 from ofa.lut.build import TableBuildConfig, build_table
-from ofa.lut.timing import Standalone
 from ofa.pipeline import Pipeline, PipelineConfig
 from ofa.runtime.convert import export_onnx
 from ofa.train import load_recipe, train
@@ -33,7 +32,6 @@ TESTS = Path(__file__).resolve().parent
 RECIPE = TESTS / "recipes" / "tiny_resnet.yaml"
 CHECKPOINT = TESTS / "fixtures" / "ofa_resnet50_w0.1-0.15-0.2_c10_random.pth"
 EXPECTED = TESTS / "fixtures" / "ofa_resnet50_w0.1-0.15-0.2_c10_expected.pt"
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 SMALL = ("data.synthetic.train_size=64", "data.augment=none")  # a shorter pipeline run
 
 

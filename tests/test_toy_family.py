@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import known_call_ms, onnx_top1, perturb
+from conftest import FAST, known_call_ms, onnx_top1, perturb
 from timm.layers import ClassifierHead, ConvNormAct
 from timm.models.byobnet import ByoBlockCfg, ByobNet, ByoModelCfg
 from torch import nn
@@ -39,7 +39,6 @@ from ofa.families.subnet_file import load_subnet
 from ofa.families.supernet_file import SUPERNET_FORMAT, read_record
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.layer_models import layer_specs
-from ofa.lut.timing import Standalone
 from ofa.pipeline import Pipeline, PipelineConfig, round_up
 from ofa.train.bn import resize
 from ofa.utils.errors import OFAError, SpaceError
@@ -641,7 +640,6 @@ TOY = Family(
 
 
 # =========================================================================================== the tests
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0)
 SPACE = ToySpace()
 RECIPE = {
     "space": SPACE.to_dict(),

@@ -15,8 +15,9 @@ from ofa.lut.build import TableBuildConfig, build_table_file, noise_text
 from ofa.lut.check import CheckConfig, check_table_file
 from ofa.lut.external_runner import CommandRunner
 from ofa.lut.pack import ImportConfig, PackConfig, import_timings_file, pack_models
+from ofa.lut.protocols import PROTOCOLS, Protocol, with_overrides
 from ofa.lut.runner import RunnerBuildConfig, RunnerCheckConfig, build_with_runner_file, check_with_runner_file
-from ofa.lut.timing import PROTOCOLS, Protocol, Standalone, with_overrides
+from ofa.lut.timing import Standalone
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_of
 from search.latency import space_from_arg

@@ -22,7 +22,8 @@ from torch import nn
 from ofa.export.result import FormatExport
 from ofa.export.verify import ParityError, check_parity, onnx_accuracy
 from ofa.lut.measure import Latency
-from ofa.lut.timing import CLOCK_NAMES, Standalone, time_models
+from ofa.lut.protocols import time_models
+from ofa.lut.timing import CLOCK_NAMES, Standalone
 from ofa.runtime import formats
 from ofa.runtime.runtimes import CallRunner
 

@@ -20,7 +20,8 @@ from ofa.export.result import BudgetVerdict
 from ofa.export.verify import Inference, Parity, onnx_accuracy, resized_batches
 from ofa.families.family import Arch, Space
 from ofa.lut.measure import Latency
-from ofa.lut.timing import Standalone, protocol_from_dict
+from ofa.lut.protocols import protocol_from_dict
+from ofa.lut.timing import Standalone
 from ofa.runtime.convert import check_onnx
 from ofa.runtime.quantize import quantize_int8
 from ofa.utils.errors import OFAError

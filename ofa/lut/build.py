@@ -38,8 +38,9 @@ from ofa.families.family import Arch, Space
 from ofa.families.genes import GeneLayoutBase
 from ofa.families.registry import family_of, layout_of
 from ofa.lut.layer_models import LayerModules, empty_runner, input_shape, subnet_runners
+from ofa.lut.protocols import Protocol, time_models
 from ofa.lut.stats import Stats, noise_pct, spread_pct
-from ofa.lut.timing import NOISE_CRITERION, WARN_NOISE_PCT, Protocol, Standalone, time_models
+from ofa.lut.timing import NOISE_CRITERION, WARN_NOISE_PCT, Standalone
 from ofa.runtime import formats
 from ofa.runtime.convert import DEFAULT_OPSET
 from ofa.runtime.runtimes import Runner, backend_device, check_backend, check_dtype, make_runner, runtime_info

@@ -37,8 +37,9 @@ from tqdm import tqdm
 from ofa.families.family import Arch, Space
 from ofa.families.registry import family_of, layout_of
 from ofa.lut.layer_models import subnet_runners
+from ofa.lut.protocols import Protocol, protocol_from_dict, time_models, with_overrides
 from ofa.lut.stats import Stats, noise_pct
-from ofa.lut.timing import WARN_NOISE_PCT, Protocol, Standalone, protocol_from_dict, time_models, with_overrides
+from ofa.lut.timing import WARN_NOISE_PCT, Standalone
 from ofa.runtime.runtimes import backend_device, check_backend, check_dtype
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label

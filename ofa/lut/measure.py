@@ -9,8 +9,9 @@ from pathlib import Path
 import onnx
 from torch import nn
 
+from ofa.lut.protocols import Protocol, protocol_from_dict, time_models
 from ofa.lut.stats import Stats
-from ofa.lut.timing import CLOCK_NAMES, Protocol, Standalone, protocol_from_dict, time_models
+from ofa.lut.timing import CLOCK_NAMES, Standalone
 from ofa.runtime.runtimes import OrtRunner, backend_device, check_backend, make_runner
 from ofa.utils.errors import OFAError
 from search.latency import LatencyTable

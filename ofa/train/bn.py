@@ -7,13 +7,18 @@ its images resized to the subnet's resolution (`resize`, shared with evaluation 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.data import DataLoader
+
+from ofa.data.loaders import set_loader_epoch
 
 
 def resize(x: torch.Tensor, resolution: int | None) -> torch.Tensor:
@@ -21,6 +26,36 @@ def resize(x: torch.Tensor, resolution: int | None) -> torch.Tensor:
     if resolution is None or (x.shape[-1] == resolution and x.shape[-2] == resolution):
         return x
     return F.interpolate(x, size=(resolution, resolution), mode="bilinear", align_corners=False, antialias=True)
+
+
+KEEP_BYTES = 512 * 2**20  # calibration images kept in memory at the most (more are drawn again each time)
+
+
+class CalibrationBatches:
+    """A loader's batches at augmentation epoch 0, kept as drawn and replayed to every recalibration.
+
+    Every subnet recalibrates on the same images (as the official code keeps its sub-train batches), and
+    drawing them again, each image augmented, cost more than a small subnet's forward passes (the demo
+    recalibrates some 35 subnets). A pass draws only the batches past the kept ones, at epoch 0 whatever
+    epoch the shared training split is at; beyond ``KEEP_BYTES`` batches are drawn again each time.
+    """
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+        self._kept: list[Any] = []
+        self._bytes = 0
+        self._full = False
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._kept
+        set_loader_epoch(self.loader, 0, start_batch=len(self._kept))
+        for batch in self.loader:
+            size = sum(t.nbytes for t in (batch if isinstance(batch, list | tuple) else [batch]) if torch.is_tensor(t))
+            self._full = self._full or self._bytes + size > KEEP_BYTES
+            if not self._full:
+                self._kept.append(batch)
+                self._bytes += size
+            yield batch
 
 
 @torch.no_grad()
@@ -56,9 +91,7 @@ def recalibrate_bn(
     model.train()
     used = 0
     try:
-        for batch in loader:
-            if used >= batches:
-                break
+        for batch in itertools.islice(loader, batches):  # no batch drawn past the last one used
             x = batch[0] if isinstance(batch, list | tuple) else batch
             if device is not None:
                 x = x.to(device)

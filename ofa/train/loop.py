@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from ofa.data.loaders import set_loader_epoch
 from ofa.families.family import Arch, Supernet
 from ofa.families.registry import family_of, load_supernet
 from ofa.train.bn import recalibrate_bn
@@ -171,7 +170,6 @@ class Trainer:
         # Leave the full network's BN statistics calibrated in the saved supernet.
         largest = space.max_arch()
         self.net.set_active(largest)
-        set_loader_epoch(s.calib_loader, 0)
         batches = self.recipe.eval.calib_batches
         recalibrate_bn(self.net, s.calib_loader, batches, self.device, largest.resolution, sync=self.env.distributed)
         s.tick()

@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-from ofa.data.loaders import set_loader_epoch
 from ofa.families.family import Arch, Space, Supernet
 from ofa.families.registry import arch_from_dict
 from ofa.train.evaluate import evaluate_arch
@@ -32,7 +31,6 @@ def evaluate_subnets(
     """Top-1/loss of each subnet after BN recalibration on ``calib`` batches, leaving the network exactly as it was."""
     saved = {k: v.clone() for k, v in net.named_buffers()}
     active = net.active_arch
-    set_loader_epoch(session.calib_loader, 0)  # calibration images do not depend on where training is
     results = {}
     try:
         for name, arch in archs.items():

@@ -33,6 +33,7 @@ from ofa.data.config import DataConfig
 from ofa.data.datasets import DataBundle, build_data
 from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch
 from ofa.families.family import Space
+from ofa.train.bn import CalibrationBatches
 from ofa.train.checkpoint import CheckpointStore
 from ofa.train.distributed import DistEnv
 from ofa.train.optim import build_optimizer, lr_at, set_lr
@@ -163,7 +164,8 @@ class TrainingSession:
         self.train_loader = make_loader(
             self.data.train, d.batch_size, shuffle=True, seed=seed, drop_last=True, options=shard
         )
-        self.calib_loader = make_loader(self.data.train, d.batch_size, shuffle=True, seed=seed + 1, options=kept)
+        calib = make_loader(self.data.train, d.batch_size, shuffle=True, seed=seed + 1, options=kept)
+        self.calib_loader = CalibrationBatches(calib)  # the same images wherever training is
         self.val_loader = make_loader(self.data.val, d.eval_batch_size, shuffle=False, seed=0, options=kept)
         self.test_loader = make_loader(self.data.test, d.eval_batch_size, shuffle=False, seed=0, options=kept)
         self.steps_per_epoch = len(self.train_loader)

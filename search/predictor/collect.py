@@ -35,7 +35,7 @@ from ofa.data.datasets import DataBundle, data_from_meta
 from ofa.data.loaders import LoaderOptions, make_loader
 from ofa.families.family import Arch, Space, Supernet
 from ofa.families.registry import family_of, load_supernet
-from ofa.train.bn import recalibrate_bn
+from ofa.train.bn import CalibrationBatches, recalibrate_bn
 from ofa.train.distributed import DistEnv, process_group
 from ofa.train.evaluate import evaluate
 from ofa.utils.errors import OFAError
@@ -191,7 +191,7 @@ def collect(
             ds, cfg.batch_size, shuffle=False, seed=cfg.seed, options=LoaderOptions(num_workers=cfg.num_workers)
         )
 
-    calib = loader(Subset(data.train, calib_ids.tolist()))
+    calib = CalibrationBatches(loader(Subset(data.train, calib_ids.tolist())))
     if cfg.repeat_split:
         evals = [loader(Subset(data.val, h.tolist())) for h in split_halves(len(data.val), cfg.seed)]
     else:

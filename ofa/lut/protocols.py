@@ -1,0 +1,72 @@
+"""Which latency protocol a table names, what a command line changes in it, and timing models with it.
+
+The protocols themselves (`Standalone`, the default, and the older `Interleaved`) are `ofa.lut.timing`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
+from typing import Any
+
+from ofa.lut.stats import Stats
+from ofa.lut.timing import Interleaved, Standalone
+from ofa.runtime.runtimes import Runner
+from ofa.utils.errors import OFAError
+
+Protocol = Standalone | Interleaved
+PROTOCOLS: dict[str, type[Standalone] | type[Interleaved]] = {"standalone": Standalone, "interleaved": Interleaved}
+
+
+def protocol_from_dict(d: Any, source: str = "protocol") -> Protocol:
+    """The protocol a table's meta names (``kind``: standalone, or interleaved-rounds, which tables from
+    before the standalone protocol name or leave out)."""
+    if not isinstance(d, Mapping):
+        raise OFAError(f"{source}: expected a mapping")
+    kinds = {cls.kind: cls for cls in PROTOCOLS.values()}
+    cls = kinds.get(str(d.get("kind", Interleaved.kind)))
+    if cls is None:
+        raise OFAError(f"{source}.kind: {d.get('kind')!r} is not one of {list(kinds)}")
+    names = {f.name for f in fields(cls)}
+    settings = {k: v for k, v in d.items() if k in names}
+    if cls is Standalone:
+        settings.setdefault("estimator", "median")  # tables from before the quantile estimator name none
+        settings.setdefault("burn_in_s", 0.0)  # nor did tables from before the burn-in
+        settings.setdefault("span_s", 0.0)  # nor those from before the least span
+    try:
+        return cls(**settings)
+    except OFAError as exc:
+        raise OFAError(f"{source}: {exc}") from None
+
+
+def with_overrides(
+    protocol: Protocol,
+    repeats: int | None = None,
+    warmup: int | None = None,
+    calls: int | None = None,
+    clock: str | None = None,
+    target_pct: float | None = None,
+    budget_s: float | None = None,
+    block_ms: float | None = None,
+) -> Protocol:
+    """``protocol`` with what a command line asks for (None: keep): repeats are blocks or rounds;
+    ``target_pct``, ``budget_s`` and ``block_ms`` are the standalone estimator's (an error for the interleaved
+    protocol)."""
+    changes: dict[str, Any] = {
+        k: v for k, v in (("warmup", warmup), ("calls", calls), ("clock", clock)) if v is not None
+    }
+    for name, value in (("target_pct", target_pct), ("budget_s", budget_s), ("block_ms", block_ms)):
+        if value is not None:
+            if not isinstance(protocol, Standalone):
+                raise OFAError(f"protocol.{name}: the {protocol.kind} protocol has no such setting")
+            changes[name] = value
+    if repeats is not None:
+        changes["blocks" if isinstance(protocol, Standalone) else "rounds"] = repeats
+    return replace(protocol, **changes)
+
+
+def time_models(
+    runners: Mapping[str, Runner], protocol: Protocol, progress: Callable[[int], None] | None = None
+) -> dict[str, Stats]:
+    """Every runner timed with ``protocol``: name -> stats; progress advances per block or round."""
+    return protocol.measure(runners, progress)
