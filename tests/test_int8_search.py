@@ -167,7 +167,7 @@ def test_search_cli_bad_dtype_is_one_line(supernet, tmp_path, capsys):
         assert len(err) == 1 and says in err[0], err
 
 
-def test_pipeline_runs_in_int8_end_to_end(tmp_path, monkeypatch):
+def test_pipeline_runs_in_int8_end_to_end(tmp_path, monkeypatch, no_curves):  # no curves PNG: not read here
     space = SearchSpace.from_dict(read_yaml(TINY_RECIPE)["space"])
     table = tmp_path / "int8.yaml"
     one = dict(dtype="int8", resolutions=(8,), calibrate=0, protocol=FAST, max_noise_pct=1e6, progress=False)
@@ -236,7 +236,7 @@ def test_export_puts_an_int8_tables_prediction_beside_the_measured_int8_latency(
     assert "| latency, INT8 predicted by table |" in (tmp_path / "m.md").read_text()
 
 
-def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_path, monkeypatch, capsys):
+def test_int8_search_bench_ships_both_picks_in_int8_on_the_same_test_images(tmp_path, monkeypatch, capsys, no_curves):
     """`bench.int8_search` on the tiny recipe: both searches' picks exported in INT8, scored paired on the
     test split, timed whole; the INT8 table judged by `lut check`."""
     from bench import int8_search, search_quality_measure

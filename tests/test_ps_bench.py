@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -16,12 +17,24 @@ from bench import ps_rules as rules
 from bench.ps_runs import ScratchRun
 
 ROOT = Path(__file__).resolve().parents[1]
-# Smaller runs of the tiny recipe: fewer images, no augmentation, a one-epoch full phase, one calibration batch.
+# Smaller runs of the tiny recipe: fewer images, no augmentation, a one-epoch full phase, one calibration batch;
+# the 72 training images in 2 batches of 36 (not 4 of 16), whole (no micro-batches): half the steps, same images.
 SMALL = ["data.synthetic.train_size=80", "data.augment=none", "phases.full.epochs=1", "eval.calib_batches=1"]
+SMALL += ["data.batch_size=36", "schedule.micro_batches=1"]
 
 
 # No training-curves PNG (tests/conftest.py `no_curves`): drawing it is a fair share of runs this small.
 pytestmark = pytest.mark.usefixtures("no_curves")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def subnets_drawn_once():
+    """`bench_subnets` (1000 seeded draws sorted by MACs, the same subnets for the same arguments) computed once
+    per space and seed for the module, not on every `Bench` its tests build."""
+    with pytest.MonkeyPatch.context() as mp:
+        once = functools.cache(ps_vs_scratch.bench_subnets)
+        mp.setattr(ps_vs_scratch, "bench_subnets", lambda *args, **kwargs: dict(once(*args, **kwargs)))
+        yield
 
 
 def _factor(lr: float) -> float:
@@ -141,6 +154,7 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
     cache = tmp_path / "cache"
     sets = ["data.synthetic.train_size=32", "checkpoint.every_steps=0", "data.augment=none", "eval.calib_batches=1"]
     sets += ["phases.depth.epochs=7", "phases.depth.subnets_per_step=3"]  # 8 epochs, 23 passes
+    sets += ["schedule.micro_batches=1", "data.synthetic.test_size=16"]  # whole batches, a smaller test split
     argv = ["--recipe", str(TINY_RECIPE), *(f for s in sets for f in ("--set", s))]
     argv += ["--full-doublings", "0", "--cache", str(cache), "--json"]
     assert ps_ablation.main(argv) == 0

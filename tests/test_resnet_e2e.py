@@ -32,7 +32,9 @@ TESTS = Path(__file__).resolve().parent
 RECIPE = TESTS / "recipes" / "tiny_resnet.yaml"
 CHECKPOINT = TESTS / "fixtures" / "ofa_resnet50_w0.1-0.15-0.2_c10_random.pth"
 EXPECTED = TESTS / "fixtures" / "ofa_resnet50_w0.1-0.15-0.2_c10_expected.pt"
-SMALL = ("data.synthetic.train_size=64", "data.augment=none")  # a shorter pipeline run
+# The pipeline's training run is also the SIGKILL test's uninterrupted reference (its checkpoints every 2 steps
+# of the recipe's 4 x 6 give that test places to be killed at).
+TRAIN = ("checkpoint.every_steps=2",)
 
 
 # No training-curves PNG (tests/conftest.py `no_curves`): drawing it is a fair share of runs this small.
@@ -41,13 +43,13 @@ pytestmark = pytest.mark.usefixtures("no_curves")
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[Path, list[dict]]:
-    """`ofa pipeline` of the tiny resnet recipe (every timed call reads 0.25 ms)."""
+    """`ofa pipeline` of the tiny resnet recipe (every timed call reads 0.25 ms), trained with ``TRAIN``."""
     tmp = tmp_path_factory.mktemp("resnet_pipeline")
     table = tmp / "table.yaml"
     build_table(load_recipe(RECIPE).space, TableBuildConfig(table, protocol=FAST, calibrate=2, max_noise_pct=100.0))
     with pytest.MonkeyPatch.context() as mp:
         known_call_ms(mp, 0.25)
-        cfg = PipelineConfig(RECIPE, tmp / "run", SMALL, subnets=10, calib_batches=1, lut=table)
+        cfg = PipelineConfig(RECIPE, tmp / "run", TRAIN, subnets=10, calib_batches=1, lut=table)
         result = Pipeline(cfg, log=lambda _: None)
         result = result.run()
     assert result.ran[:4] == ["train", "collect", "fit", "search"] and len(result.ran) == 8
@@ -58,13 +60,13 @@ def test_pipeline_runs_every_stage_for_a_resnet(run):
     out, rows = run
     assert isinstance(load_supernet(out / "supernet.pt"), OFAResNet)
     assert len(rows) == 4 and [r["target_ms"] for r in rows] == sorted(r["target_ms"] for r in rows)
-    test_images = build_data(load_recipe(RECIPE, SMALL).data).test
+    test_images = build_data(load_recipe(RECIPE, TRAIN).data).test
     for r in rows:
         assert r["arch"].startswith("r") and r["macs"] > 0 and r["predicted_ms"] <= r["target_ms"] + 1e-9
         assert r["test_top1"] == onnx_top1(r["onnx"], test_images)
 
 
-def test_official_config_exports_a_folder_timm_rebuilds(run, tmp_path, capsys):
+def test_official_config_exports_a_folder_timm_rebuilds(run, tmp_path, capsys, monkeypatch):
     """An official ``{"d", "e", "w", "r"}`` config is an arch file (here with the stem block skipped); the model
     folder's card lines rebuild the subnet with timm + safetensors alone, logit for logit."""
     out, _ = run
@@ -74,6 +76,7 @@ def test_official_config_exports_a_folder_timm_rebuilds(run, tmp_path, capsys):
     (tmp_path / "official.json").write_text(json.dumps(official))
     folder = tmp_path / "subnet"
     args = ["--supernet", str(out / "supernet.pt"), "--arch", str(tmp_path / "official.json"), "--out", str(folder)]
+    known_call_ms(monkeypatch, 0.25)  # the export's latency is not what this test is about: no second of burn-in
     assert main(["export", *args, "--calib-batches", "1"]) == 0, capsys.readouterr().err
     config = json.loads((folder / "config.json").read_text())
     assert config["timm_byobnet"]["stem_residual"] is False and config["num_features"] == max(space.stage_choices(1))
@@ -155,10 +158,11 @@ def test_bad_resnet_checkpoints_are_one_line_each(tmp_path, capsys, change, flag
     assert __import__("re").search(message, err), err
 
 
-def test_sigkill_then_resume_is_bitwise_for_resnet(tmp_path):
-    """Widths and channel reorganisation take the resnet path; the resumed run ends on the same weights."""
-    overrides = ["checkpoint.every_steps=2"]
-    reference = train(load_recipe(RECIPE, overrides), tmp_path / "reference")
+def test_sigkill_then_resume_is_bitwise_for_resnet(run, tmp_path):
+    """Widths and channel reorganisation take the resnet path; the resumed run ends on the same weights as the
+    uninterrupted one (the pipeline's training, `train` of the same recipe and overrides)."""
+    overrides = list(TRAIN)
+    reference = run[0] / "supernet.pt"
     out = tmp_path / "run"
     kill_after = random.randint(2, 4 * 6 - 8)  # 4 epochs of 6 steps
     cmd = [sys.executable, "-m", "ofa", "train", str(RECIPE), "--out", str(out)]
