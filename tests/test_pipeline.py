@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,10 +13,12 @@ from conftest import TINY_RECIPE as RECIPE
 
 from ofa.cli import main
 from ofa.data.datasets import build_data
+from ofa.export.budget import budget_verdict
 from ofa.export.result import BudgetVerdict
 from ofa.families.mbv3.space import SearchSpace
 from ofa.lut import build as lut_build
 from ofa.lut.build import TableBuildConfig, build_table
+from ofa.lut.measure import Latency
 from ofa.lut.protocols import time_models
 from ofa.pipeline import Pipeline, PipelineConfig, budget_cell, budget_notes, round_up
 from ofa.pipeline import stages as pipeline_module
@@ -136,6 +139,12 @@ def test_a_measured_latency_over_budget_is_flagged_with_what_to_do():
     assert line.endswith("build a table on this machine: x")
     within = BudgetVerdict(0.05, 0.051, 3.0, "AMD EPYC", "AMD EPYC")  # 2% over, inside the table's ±3%
     assert not within.over_budget and within.line() == ""
+    # 3% over a table measured to ±2%: within once the measurement's own ±1.5% is added, over without it
+    table = SimpleNamespace(meta={"cpu": "AMD EPYC"}, noise_pct=lambda: 2.0, dtype="float32")
+    arch = SimpleNamespace(extra={"target_ms": 0.05})
+    timed = [Latency(0.0515, 0.001, 1, 1, 20, "standalone", ci_pct=ci) for ci in (1.5, None)]
+    verdicts = [budget_verdict(arch, m, table) for m in timed]
+    assert [v.margin_pct for v in verdicts] == [3.5, 2.0] and [v.over_budget for v in verdicts] == [False, True]
     rows = [
         {"target_ms": 0.031, "budget": elsewhere.to_dict(), "table_noise_pct": 2.5},
         {"target_ms": 0.05, "budget": within.to_dict(), "table_noise_pct": 2.5},

@@ -2,7 +2,8 @@
 
 A table built on another machine, or on this one while it was quieter or faster, predicts a latency the
 machine does not give. The measured latency is compared with the budget; a miss by more than the table's
-noise is flagged with what was different and the command that builds a table here.
+noise and the measurement's own (the half-widths of both 95% intervals, added) is flagged with what was
+different and the command that builds a table here.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def budget_verdict(
     return BudgetVerdict(
         target_ms=float(target),
         measured_ms=float(measured.mean_ms),
-        margin_pct=max(BudgetVerdict.MIN_MARGIN_PCT, noise or 0.0),
+        margin_pct=max(BudgetVerdict.MIN_MARGIN_PCT, (noise or 0.0) + (measured.ci_pct or 0.0)),
         table_cpu=str(table_cpu) if table_cpu is not None else None,
         this_cpu=this_cpu,
         advice=advice,

@@ -21,7 +21,7 @@ from torch import nn
 
 from ofa.export.result import FormatExport
 from ofa.export.verify import ParityError, check_parity, onnx_accuracy
-from ofa.lut.measure import Latency
+from ofa.lut.measure import Latency, latency_of
 from ofa.lut.protocols import time_models
 from ofa.lut.timing import CLOCK_NAMES, Standalone
 from ofa.runtime import formats
@@ -88,12 +88,10 @@ def _latency(fmt: str, infer: Callable[[np.ndarray], np.ndarray], checks: Format
     runner = CallRunner(infer, checks.shape, checks.threads, fmt in formats.WORKER_THREADS)
     stats = time_models({fmt: runner}, protocol)[fmt]
     source = (
-        f"standalone, {CLOCK_NAMES[protocol.clock]} clock, median of {protocol.blocks} blocks, "
+        f"standalone, {CLOCK_NAMES[protocol.clock]} clock, {protocol.describe()}, "
         f"{formats.FORMAT_BACKEND[fmt]} ({runtime})"
     )
-    return Latency(
-        float(stats["mean_ms"]), float(stats["std_ms"]), checks.shape[0], checks.threads, int(stats["count"]), source
-    )
+    return latency_of(stats, checks.shape[0], checks.threads, source)
 
 
 def stage_format(converted: Converted, targets: Iterable[Path], stage: Callable[[Path], Path]) -> None:

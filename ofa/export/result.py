@@ -66,14 +66,14 @@ class FormatExport:
 class BudgetVerdict:
     """A measured latency against the budget its subnet was searched for, and what to do about a miss.
 
-    Over budget means more than the table's own noise over it (at least `MIN_MARGIN_PCT`): a miss the
-    table could not have seen. Where the table was built on another CPU, ``advice`` says so and gives the
-    command that builds one here.
+    Over budget means more than the table's noise plus the measurement's own over it (at least
+    `MIN_MARGIN_PCT`): a miss neither could have made. Where the table was built on another CPU, ``advice``
+    says so and gives the command that builds one here.
     """
 
     target_ms: float
     measured_ms: float
-    margin_pct: float  # the table's noise (or the floor): what counts as within budget
+    margin_pct: float  # the table's noise + the measurement's (or the floor): what counts as within budget
     table_cpu: str | None
     this_cpu: str
     advice: str = ""
@@ -103,7 +103,8 @@ class BudgetVerdict:
         )
         return (
             f"measured {self.measured_ms:.3g} ms is {self.over_pct:.0f}% over its {self.target_ms:g} ms budget, "
-            f"more than the table's noise (±{self.margin_pct:.1f}%){where}{f': {self.advice}' if self.advice else ''}"
+            f"more than the table's and the measurement's noise (±{self.margin_pct:.1f}%){where}"
+            f"{f': {self.advice}' if self.advice else ''}"
         )
 
     def to_dict(self) -> dict[str, Any]:

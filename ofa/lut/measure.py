@@ -67,6 +67,7 @@ class Latency:
     threads: int
     samples: int  # blocks (standalone) or rounds kept (interleaved)
     source: str  # which protocol, clock and backend
+    ci_pct: float | None = None  # half-width of the figure's 95% interval, % of it (the quantile estimator's)
 
 
 def measure_latencies(
@@ -102,7 +103,13 @@ def measure_latencies(
         runners["fp32"] = make_runner(backend, torch_model, shape, threads)
         sources["fp32"] = source(backend)
     stats = time_models(runners, protocol)
-    return {
-        name: Latency(float(s["mean_ms"]), float(s["std_ms"]), shape[0], threads, int(s["count"]), sources[name])
-        for name, s in stats.items()
-    }
+    return {name: latency_of(s, shape[0], threads, sources[name]) for name, s in stats.items()}
+
+
+def latency_of(stats: Stats, batch: int, threads: int, source: str) -> Latency:
+    """A model's timing as the `Latency` an export reports."""
+    ci = stats.get("ci_pct")
+    return Latency(
+        float(stats["mean_ms"]), float(stats["std_ms"]), batch, threads, int(stats["count"]), source,
+        float(ci) if ci is not None else None,
+    )  # fmt: skip

@@ -31,7 +31,7 @@ def summary_row(space: Space, result: dict[str, Any], source: Path) -> dict[str,
 
 
 def budget_cell(budget: dict[str, Any] | None) -> str:
-    """``met`` or ``OVER +N%`` (more than the table's noise over the budget)."""
+    """``met`` or ``OVER +N%`` (more than the table's and the measurement's noise over the budget)."""
     if not budget:
         return "-"
     return f"OVER {budget['over_pct']:+.0f}%" if budget["over_budget"] else "met"
