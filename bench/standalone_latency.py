@@ -5,9 +5,9 @@ onnxruntime session with the settings tables are built with (1 intra-op thread, 
 optimizations), ``time.perf_counter`` around ``session.run``, 30 warm-up and 300 timed calls, the
 median. One model at a time, as a user benchmarks a model. Two groups:
 
-- demo: the models a pipeline run exported (default ``runs/digits/export``: every ``NAME.export.json``
-  there, else every model folder's) against the latency their search predicted; skipped with one line
-  when there are none;
+- demo: the models a pipeline run exported (default ``runs/digits/export``, else the ``pipeline_demo``
+  bench's folder: every ``NAME.export.json`` there, else every model folder's) against the latency their
+  search predicted; skipped with one line when there are none;
 - subnets: random subnets of a table's space (default the shipped mbv3 table, ``--n`` per resolution,
   8 at 160 and 8 at 224 px) with random weights, against that table (built on this machine), each timed
   on the table's runtime: onnxruntime as above; OpenVINO's CPU plugin (an infer request, 1 inference
@@ -39,6 +39,8 @@ from ofa.families.registry import family_of
 from ofa.runtime.convert import export_onnx
 from ofa.utils.machine import cpu_name
 from search.latency import LatencyTable
+
+DEMO_EXPORTS = (ROOT / "runs" / "digits" / "export", ROOT / "runs" / "bench" / "pipeline_demo" / "export")
 
 
 def plain_session(model: str | bytes) -> ort.InferenceSession:
@@ -190,8 +192,8 @@ def main() -> int:
     parser.add_argument(
         "--exports",
         type=Path,
-        default=ROOT / "runs" / "digits" / "export",
-        help="a pipeline run's export folder (default runs/digits/export)",
+        default=next((f for f in DEMO_EXPORTS if f.is_dir()), DEMO_EXPORTS[0]),
+        help="a pipeline run's export folder (default runs/digits/export, else the pipeline_demo bench's)",
     )
     parser.add_argument("--table", type=Path, default=ROOT / "latency_tables" / "mbv3_ort-cpu_t1_b1.yaml")
     parser.add_argument("--resolutions", type=int, nargs="+", default=[160, 224])
