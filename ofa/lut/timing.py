@@ -165,6 +165,7 @@ class Standalone:
         return (
             f"q{round(100 * self.quantile)} of at least {self.blocks} blocks of >= {self.block_ms:g} ms, "
             f"95% interval within ±{self.target_pct:g}% or {self.budget_s:g} s per model"
+            + (f", spanning >= {self.span_s:g} s" if self.span_s else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
