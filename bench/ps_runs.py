@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 
 from ofa.data.datasets import DataBundle
-from ofa.data.loaders import make_loader, set_loader_epoch
+from ofa.data.loaders import make_loader
 from ofa.families.family import Arch
 from ofa.families.registry import family_of, load_supernet
 from ofa.train import Recipe, train
-from ofa.train.bn import resize
+from ofa.train.bn import CalibrationBatches, resize
 from ofa.train.distributed import DistEnv
 from ofa.train.evaluate import evaluate, evaluate_arch
 from ofa.train.recipe import CheckpointConfig, PhaseConfig
@@ -74,12 +74,11 @@ def ps_images(recipe: Recipe, train_images: int) -> dict[str, int]:
 def evaluate_supernet(path: Path, recipe: Recipe, subnets: dict[str, Arch], data: DataBundle) -> dict[str, Any]:
     """Validation and test top-1 of each subnet of the supernet at ``path`` (BN recalibrated on training images)."""
     net = load_supernet(path)
-    calib = make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1)
+    calib = CalibrationBatches(make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1))
     top1: dict[str, dict[str, float]] = {split: {} for split in SPLITS}
     for split in SPLITS:
         loader = make_loader(getattr(data, split), recipe.data.eval_batch_size, shuffle=False, seed=0)
         for name, arch in subnets.items():
-            set_loader_epoch(calib, 0)
             top1[split][name] = evaluate_arch(net, arch, calib, loader, recipe.eval.calib_batches)["top1"]
     return {f"{split}_top1": top1[split] for split in SPLITS}
 

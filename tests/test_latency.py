@@ -310,14 +310,16 @@ def test_quantile_estimate_holds_on_a_bursty_host_where_the_median_does_not(monk
     assert worst_new <= 0.03 < worst_old
 
 
-class WarmingRunner(Runner):
-    """Reads 1.2 ms a call for its first 0.3 s of wall time after loading, then 1.0 ms: a model just loaded."""
+class SlowStartRunner(Runner):
+    """Calls of ``slow_ms`` for its first 0.3 s of wall time, then of 1.0 ms (slept, so that blocks take the
+    wall time they report): a model just loaded, or one timed during a host burst."""
 
-    def __init__(self) -> None:
-        self.loaded = time.perf_counter()
+    def __init__(self, slow_ms: float) -> None:
+        self.start, self.slow_ms = time.perf_counter(), slow_ms
 
     def times(self, calls):
-        ms = 1.2 if time.perf_counter() - self.loaded < 0.3 else 1.0
+        ms = self.slow_ms if time.perf_counter() - self.start < 0.3 else 1.0
+        time.sleep(calls * ms / 1e3)
         wall = np.full(calls, ms)
         return wall, wall.copy()
 
@@ -326,26 +328,12 @@ def test_the_burn_in_outlasts_the_slow_first_second_of_freshly_loaded_models(mon
     """Without it a few models reach their stopping rule inside the slow stretch and keep its figure."""
     monkeypatch.setattr(timing, "host_steal_ticks", lambda: 0)
     quick = {"blocks": 3, "block_ms": 1.0, "budget_s": 0.0, "warmup": 1, "span_s": 0.0}
-    cold = time_models({"m": WarmingRunner()}, Standalone(**quick, burn_in_s=0.0))
-    warm = time_models({"m": WarmingRunner()}, Standalone(**quick, burn_in_s=0.5))
+    cold = time_models({"m": SlowStartRunner(1.2)}, Standalone(**quick, burn_in_s=0.0))
+    warm = time_models({"m": SlowStartRunner(1.2)}, Standalone(**quick, burn_in_s=0.5))
     assert cold["m"]["mean_ms"] == pytest.approx(1.2) and warm["m"]["mean_ms"] == pytest.approx(1.0)
     assert Standalone().burn_in_s == 1.0 and protocol_from_dict({"kind": "standalone"}).burn_in_s == 0.0
     with pytest.raises(OFAError, match=r"protocol.burn_in_s: expected seconds >= 0"):
         Standalone(burn_in_s=-1)
-
-
-class BurstRunner(Runner):
-    """Calls of 1.5 ms during a host burst over its first 0.3 s of wall time, then of 1.0 ms (slept, so that
-    blocks take the wall time they report)."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-
-    def times(self, calls):
-        ms = 1.5 if time.perf_counter() - self.start < 0.3 else 1.0
-        time.sleep(calls * ms / 1e3)
-        wall = np.full(calls, ms)
-        return wall, wall.copy()
 
 
 def test_a_model_timed_alone_spans_more_than_one_burst(monkeypatch):
@@ -353,8 +341,8 @@ def test_a_model_timed_alone_spans_more_than_one_burst(monkeypatch):
     burst's figure; the least span keeps it timing past the burst, and the low quantile drops the burst."""
     monkeypatch.setattr(timing, "host_steal_ticks", lambda: 0)
     quick = {"blocks": 3, "block_ms": 5.0, "budget_s": 0.0, "warmup": 1, "burn_in_s": 0.0}
-    inside = time_models({"m": BurstRunner()}, Standalone(**quick, span_s=0.0))
-    spanned = time_models({"m": BurstRunner()}, Standalone(**quick, span_s=0.5))
+    inside = time_models({"m": SlowStartRunner(1.5)}, Standalone(**quick, span_s=0.0))
+    spanned = time_models({"m": SlowStartRunner(1.5)}, Standalone(**quick, span_s=0.5))
     assert inside["m"]["mean_ms"] == pytest.approx(1.5) and spanned["m"]["mean_ms"] == pytest.approx(1.0)
     assert Standalone().span_s == 1.0 and protocol_from_dict({"kind": "standalone"}).span_s == 0.0
     assert "span_s" in Standalone().to_dict()

@@ -21,9 +21,9 @@ from torch import nn
 
 from ofa.export.result import FormatExport
 from ofa.export.verify import ParityError, check_parity, onnx_accuracy
-from ofa.lut.measure import Latency, latency_of
+from ofa.lut.measure import Latency, latency_of, latency_source
 from ofa.lut.protocols import time_models
-from ofa.lut.timing import CLOCK_NAMES, Standalone
+from ofa.lut.timing import Standalone
 from ofa.runtime import formats
 from ofa.runtime.runtimes import CallRunner
 
@@ -87,10 +87,7 @@ def _latency(fmt: str, infer: Callable[[np.ndarray], np.ndarray], checks: Format
     protocol = checks.protocol
     runner = CallRunner(infer, checks.shape, checks.threads, fmt in formats.WORKER_THREADS)
     stats = time_models({fmt: runner}, protocol)[fmt]
-    source = (
-        f"standalone, {CLOCK_NAMES[protocol.clock]} clock, {protocol.describe()}, "
-        f"{formats.FORMAT_BACKEND[fmt]} ({runtime})"
-    )
+    source = latency_source(protocol, f"{formats.FORMAT_BACKEND[fmt]} ({runtime})")
     return latency_of(stats, checks.shape[0], checks.threads, source)
 
 

@@ -91,19 +91,21 @@ def measure_latencies(
     protocol = stored if isinstance(stored, Standalone) else Standalone()
     onnx_backend = backend if backend.startswith("ort") else "ort-cpu"
 
-    def source(on: str) -> str:
-        return f"standalone, {CLOCK_NAMES[protocol.clock]} clock, {protocol.describe()}, {on}"
-
     runners, sources = {}, {}
     for name, model in models.items():
         key = name if backend.startswith("ort") else f"{name} (onnx)"
         runners[key] = make_runner(onnx_backend, None, shape, threads, onnx_model=model.SerializeToString())
-        sources[key] = source(onnx_backend)
+        sources[key] = latency_source(protocol, onnx_backend)
     if not backend.startswith("ort"):
         runners["fp32"] = make_runner(backend, torch_model, shape, threads)
-        sources["fp32"] = source(backend)
+        sources["fp32"] = latency_source(protocol, backend)
     stats = time_models(runners, protocol)
     return {name: latency_of(s, shape[0], threads, sources[name]) for name, s in stats.items()}
+
+
+def latency_source(protocol: Standalone, on: str) -> str:
+    """How a latency was measured, as export summaries and model cards say it."""
+    return f"standalone, {CLOCK_NAMES[protocol.clock]} clock, {protocol.describe()}, {on}"
 
 
 def latency_of(stats: Stats, batch: int, threads: int, source: str) -> Latency:
