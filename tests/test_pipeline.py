@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -45,8 +46,13 @@ def test_pipeline_end_to_end_and_resume(tmp_path, monkeypatch):
 
     known_call_ms(monkeypatch, 0.25)  # from here on every timed call reads 0.25 ms: the exports' latency
     summary, calls, _ = run(cfg)
-    assert calls[:4] == ["train", "collect", "fit", "search"] and len(calls) == 8
-    assert all(c.startswith("export arch_") for c in calls[4:])
+    rows = summary["rows"]
+    assert calls[:4] == ["train", "collect", "fit", "search"]
+    first_export = {}  # each distinct subnet is exported once, under the first budget that picked it
+    for r in rows:
+        first_export.setdefault(r["arch"], f"export {Path(r['onnx']).stem}")
+    assert calls[4:] == list(first_export.values())
+    stages = len(calls)
     for name in (
         "supernet.pt",
         "recipe.yaml",
@@ -62,7 +68,6 @@ def test_pipeline_end_to_end_and_resume(tmp_path, monkeypatch):
     ):
         assert (out / name).is_file(), name
     assert any(p.endswith(".png") and "curve" in p for p in summary["plots"])  # training curves
-    rows = summary["rows"]
     assert len(rows) == 4
     test_images = build_data(load_recipe(RECIPE, list(SMALL)).data).test
     targets = [r["target_ms"] for r in rows]
@@ -82,7 +87,7 @@ def test_pipeline_end_to_end_and_resume(tmp_path, monkeypatch):
     again, calls, lines = run(cfg)
     assert calls == []
     assert again["seconds"]["train"] < seconds["train"]  # skipped: the check of its inputs only
-    assert sum("up to date" in line for line in lines) == 8
+    assert sum("up to date" in line for line in lines) == stages
     assert again["rows"] == rows
 
     # An interrupted export (its outputs gone) is the only stage redone.
@@ -91,6 +96,15 @@ def test_pipeline_end_to_end_and_resume(tmp_path, monkeypatch):
     _, calls, _ = run(cfg)
     assert calls == [f"export {victim.stem}"]
     assert victim.is_file()
+
+    # Two budgets above the largest subnet pick it twice: one export serves both, each judged on its own budget.
+    shared, calls, _ = run(replace(cfg, targets_ms=(1000.0, 2000.0)))
+    assert calls == ["search", "export arch_1000ms"]
+    low, high = shared["rows"]
+    assert low["onnx"] == high["onnx"] and Path(low["onnx"]).name == "arch_1000ms.onnx"
+    assert [low["target_ms"], high["target_ms"]] == [1000.0, 2000.0]
+    assert [low["budget"]["target_ms"], high["budget"]["target_ms"]] == [1000.0, 2000.0]
+    assert high["budget"]["over_pct"] < low["budget"]["over_pct"] < -99
 
     # A changed recipe is refused instead of mixing two runs in one folder.
     changed = PipelineConfig(recipe=RECIPE, out=out, subnets=12, lut=table, overrides=[*SMALL, "phases.full.epochs=3"])

@@ -52,7 +52,8 @@ def run(tmp_path_factory) -> tuple[Path, list[dict]]:
         cfg = PipelineConfig(RECIPE, tmp / "run", TRAIN, subnets=10, calib_batches=1, lut=table)
         result = Pipeline(cfg, log=lambda _: None)
         result = result.run()
-    assert result.ran[:4] == ["train", "collect", "fit", "search"] and len(result.ran) == 8
+    assert result.ran[:4] == ["train", "collect", "fit", "search"]
+    assert len(result.ran) == 4 + len({r["arch"] for r in result.rows})  # one export per distinct subnet
     return tmp / "run", result.rows
 
 

@@ -299,29 +299,35 @@ class Pipeline:
 
     def export(
         self, net: Supernet, data: DataBundle, supernet: Path, table: tuple[Path, LatencyTable], search_dir: Path
-    ) -> list[Path]:
+    ) -> list[tuple[Path, float]]:
+        """Each distinct subnet the search picked, exported once (under its first budget's name): (summary, budget).
+
+        Two budgets that pick the same subnet share its files; each keeps its own verdict (`summarize`).
+        """
         summary = read_json(search_dir / "search.json", "search summary")
         table_path, bound = table
         int8 = self.settings.int8 or self.settings.dtype == "int8"  # an INT8 chain ships (and checks) INT8 models
         inputs = [file_sha256(supernet), file_sha256(table_path), int8, self.cfg.seed]
-        results = []
+        results, by_arch = [], {}
         for target in summary["targets"]:
             name = f"arch_{target['target_ms']:g}ms"
             arch_file = search_dir / f"{name}.json"
-            onnx = self.out / "export" / f"{name}.onnx"
-            result = onnx.with_suffix(".export.json")
-            key = digest([file_sha256(arch_file), *inputs])
-            if not self.done(f"export {name}", key, [onnx, result]):
-                cfg = ExportConfig(
-                    out=onnx, int8=int8, seed=self.cfg.seed, checkpoint=supernet, arch_source=str(arch_file)
-                )
-                export_subnet(net, load_arch(net.space, arch_file), cfg, data=data, table=bound)
-                self.mark(f"export {name}", key)
-            results.append(result)
+            arch = load_arch(net.space, arch_file)
+            if arch.short() not in by_arch:
+                onnx = self.out / "export" / f"{name}.onnx"
+                by_arch[arch.short()] = result = onnx.with_suffix(".export.json")
+                key = digest([file_sha256(arch_file), *inputs])
+                if not self.done(f"export {name}", key, [onnx, result]):
+                    cfg = ExportConfig(
+                        out=onnx, int8=int8, seed=self.cfg.seed, checkpoint=supernet, arch_source=str(arch_file)
+                    )
+                    export_subnet(net, arch, cfg, data=data, table=bound)
+                    self.mark(f"export {name}", key)
+            results.append((by_arch[arch.short()], float(target["target_ms"])))
         return results
 
-    def summarize(self, space: Space, exports: list[Path], search_dir: Path) -> PipelineResult:
-        rows = [summary_row(space, read_json(p, "export summary"), p) for p in exports]
+    def summarize(self, space: Space, exports: list[tuple[Path, float]], search_dir: Path) -> PipelineResult:
+        rows = [summary_row(space, read_json(p, "export summary"), p, target) for p, target in exports]
         table = "\n".join([format_summary(rows), *(f"\n{line}" for line in budget_notes(rows))])
         pngs = sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*.png"))
         result = PipelineResult(rows, pngs, str(search_dir / "pareto.png"), self.ran, dict(self.seconds))

@@ -3,19 +3,23 @@ missed, and the seconds each stage took."""
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from ofa.export.result import BudgetVerdict
 from ofa.families.family import Space
 from ofa.families.registry import arch_from_dict
 
 
-def summary_row(space: Space, result: dict[str, Any], source: Path) -> dict[str, Any]:
-    """One line of the closing table from an ``<name>.export.json`` written by the export (of ``space``)."""
+def summary_row(space: Space, result: dict[str, Any], source: Path, target_ms: float) -> dict[str, Any]:
+    """One line of the closing table: the budget ``target_ms`` and the export that serves it (its
+    ``<name>.export.json``, of ``space``), exported for this budget or for a smaller one that picked the same
+    subnet, whose verdict is then judged again against this budget."""
     arch = arch_from_dict(space, result["arch"], str(source))
     latency = result.get("latency_int8" if result.get("table_dtype") == "int8" else "latency_fp32") or {}
     return {
-        "target_ms": arch.extra.get("target_ms"),
+        "target_ms": target_ms,
         "arch": arch.short(),
         "predicted_top1": result.get("predicted_top1"),
         "test_top1": result.get("top1_fp32"),
@@ -26,8 +30,16 @@ def summary_row(space: Space, result: dict[str, Any], source: Path) -> dict[str,
         "onnx": result.get("onnx_path"),
         "int8_top1": result.get("top1_int8"),
         "table_noise_pct": result.get("table_noise_pct"),
-        "budget": result.get("budget"),
+        "budget": rejudged(result.get("budget"), target_ms),
     }
+
+
+def rejudged(budget: dict[str, Any] | None, target_ms: float) -> dict[str, Any] | None:
+    """An export's budget verdict (``BudgetVerdict.to_dict``) against ``target_ms`` instead of its own."""
+    if not budget or budget["target_ms"] == target_ms:
+        return budget
+    verdict = BudgetVerdict(**{f.name: budget[f.name] for f in fields(BudgetVerdict)})
+    return replace(verdict, target_ms=target_ms).to_dict()
 
 
 def budget_cell(budget: dict[str, Any] | None) -> str:
