@@ -1,12 +1,12 @@
 """OFA-ResNet end to end: the pipeline on a tiny recipe, model folders timm rebuilds, official subnet configs
-as arch files, `ofa import` of the official fixture with parity, bad checkpoints, resume after SIGKILL."""
+as arch files, `ofa import` of the official fixture with parity, bad checkpoints, resume after a crash."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
-import signal
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FAST, kill_at_step, known_call_ms, onnx_top1
+from conftest import FAST, known_call_ms, onnx_top1
 from test_export import ort_logits
 from test_model_folder import REBUILD, card_snippet
 
@@ -27,13 +27,14 @@ from ofa.lut.build import TableBuildConfig, build_table
 from ofa.pipeline import Pipeline, PipelineConfig
 from ofa.runtime.convert import export_onnx
 from ofa.train import load_recipe, train
+from ofa.train.checkpoint import CheckpointStore
 
 TESTS = Path(__file__).resolve().parent
 RECIPE = TESTS / "recipes" / "tiny_resnet.yaml"
 CHECKPOINT = TESTS / "fixtures" / "ofa_resnet50_w0.1-0.15-0.2_c10_random.pth"
 EXPECTED = TESTS / "fixtures" / "ofa_resnet50_w0.1-0.15-0.2_c10_expected.pt"
-# The pipeline's training run is also the SIGKILL test's uninterrupted reference (its checkpoints every 2 steps
-# of the recipe's 4 x 6 give that test places to be killed at).
+# The pipeline's training run is also the crash test's uninterrupted reference (its checkpoints every 2 steps
+# of the recipe's 4 x 6 give that test places to crash at).
 TRAIN = ("checkpoint.every_steps=2",)
 
 
@@ -156,21 +157,42 @@ def test_bad_resnet_checkpoints_are_one_line_each(tmp_path, capsys, change, flag
     assert main(["import", str(_saved(tmp_path, state)), *flags, "--out", str(tmp_path / "x.pt")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("ofa import: error: ")
-    assert __import__("re").search(message, err), err
+    assert re.search(message, err), err
 
 
-def test_sigkill_then_resume_is_bitwise_for_resnet(run, tmp_path):
-    """Widths and channel reorganisation take the resnet path; the resumed run ends on the same weights as the
-    uninterrupted one (the pipeline's training, `train` of the same recipe and overrides)."""
+class Crash(Exception):
+    """Raised right after a checkpoint is written, as a crash there would end the run."""
+
+
+def test_crash_then_resume_is_bitwise_for_resnet(run, tmp_path, monkeypatch, capsys):
+    """Widths and channel reorganisation take the resnet path: a run that dies right after a random checkpoint
+    and is resumed ends on the uninterrupted run's weights (the pipeline's training, `train` of the same recipe
+    and overrides). In-process: the resumed run must restore every random state itself; tests/test_resume.py
+    SIGKILLs real processes at any moment."""
     overrides = list(TRAIN)
     reference = run[0] / "supernet.pt"
     out = tmp_path / "run"
-    kill_after = random.randint(2, 4 * 6 - 8)  # 4 epochs of 6 steps
-    cmd = [sys.executable, "-m", "ofa", "train", str(RECIPE), "--out", str(out)]
-    returncode = kill_at_step([*cmd, *[a for o in overrides for a in ("--set", o)]], out / "checkpoints", kill_after)
-    assert returncode == -signal.SIGKILL, f"the run ended before it could be killed (after step {kill_after})"
+    crash_after = random.randint(2, 4 * 6 - 8)  # 4 epochs of 6 steps
+    save = CheckpointStore.save
+
+    def save_then_crash(store: CheckpointStore, state: dict) -> Path:
+        path = save(store, state)
+        if state["global_step"] >= crash_after:
+            raise Crash
+        return path
+
+    with monkeypatch.context() as patched:
+        patched.setattr(CheckpointStore, "save", save_then_crash)
+        with pytest.raises(Crash):
+            train(load_recipe(RECIPE, overrides), out)
+    torch.manual_seed(12345)  # whatever the crash left behind
+    random.seed(12345)
+    np.random.seed(12345)
+    capsys.readouterr()
     resumed = train(load_recipe(RECIPE, overrides), out, resume=True)
+    step = int(re.search(r"resuming from \S+step-(\d+)\.pt", capsys.readouterr().out).group(1))
+    assert step >= crash_after  # it went on from the crash, not from scratch
     ref, got = (torch.load(p, weights_only=True)["state_dict"] for p in (reference, resumed))
     assert ref.keys() == got.keys()
     different = [k for k in ref if not torch.equal(ref[k], got[k])]
-    assert not different, f"killed after step >= {kill_after}: {different[:5]} differ"
+    assert not different, f"crashed after step >= {crash_after}: {different[:5]} differ"
