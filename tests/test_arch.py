@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import tiny_space
+from helpers import tiny_space
 
 from ofa.families.mbv3.arch import Arch
 from ofa.families.mbv3.encoding import sample_arch

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import TINY_RECIPE
+from helpers import TINY_RECIPE
 
 from bench import critical_batch
 from ofa.train.critical_batch import fit_tradeoff

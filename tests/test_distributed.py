@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FAST
-from conftest import TINY_RECIPE as TINY
+from helpers import FAST
+from helpers import TINY_RECIPE as TINY
 
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.lut.build import TableBuildConfig, build_table

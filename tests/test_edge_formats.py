@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import known_call_ms, perturb, tiny_space
+from helpers import known_call_ms, perturb, tiny_space
 from test_export import fake_data
 
 from ofa import OFAMobileNetV3

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from conftest import perturb, tiny_space
+from helpers import perturb, tiny_space
 
 from ofa.families.mbv3.encoding import sample_arch
 from ofa.families.mbv3.layers import mid_channels

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import tiny_space
+from helpers import tiny_space
 
 from ofa.families.mbv3 import encoding
 from ofa.families.mbv3.encoding import ArchEncoder, GeneLayout, sample_arch

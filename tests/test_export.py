@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import known_call_ms, perturb, tiny_space
+from helpers import known_call_ms, perturb, tiny_space
 from torch.utils.data import TensorDataset
 
 from ofa import OFAMobileNetV3, load_subnet, recalibrate_bn

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_RECIPE, kill_at_step, perturb
+from helpers import TINY_RECIPE, kill_at_step, perturb
 
 from ofa.cli import main
 from ofa.families.mbv3.arch import Arch

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import pytest
-from conftest import TINY_RECIPE
+from helpers import TINY_RECIPE
 
 from ofa.cli import build_parser, main
 from ofa.commands import pipeline as pipeline_command

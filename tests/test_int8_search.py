@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FAST, TINY_RECIPE, known_call_ms, perturb, tiny_space
+from helpers import FAST, TINY_RECIPE, known_call_ms, perturb, tiny_space
 
 from ofa.cli import main
 from ofa.data.datasets import data_from_meta

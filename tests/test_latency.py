@@ -14,7 +14,7 @@ import onnx
 import pytest
 import torch
 import yaml
-from conftest import FAST
+from helpers import FAST
 
 from bench import standalone_latency
 from ofa.cli import main

@@ -12,7 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import yaml
-from conftest import FAST
+from helpers import FAST
 
 from ofa.cli import main
 from ofa.lut.build import TableBuildConfig, build_table

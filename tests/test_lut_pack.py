@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import yaml
-from conftest import tiny_space
+from helpers import tiny_space
 
 from ofa.cli import main
 from ofa.families.mbv3.arch import Arch

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import FAST, perturb, tiny_space
+from helpers import FAST, perturb, tiny_space
 from huggingface_hub import ModelCard
 from test_export import fake_data, ort_logits
 

@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 import torch
-from conftest import TINY_RECIPE as TINY
+from helpers import TINY_RECIPE as TINY
 
 from ofa.cli import main
 from ofa.train import noise_measure, ps_step

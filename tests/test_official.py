@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import perturb
+from helpers import perturb
 
 from ofa.cli import main
 from ofa.families.mbv3.arch import Arch

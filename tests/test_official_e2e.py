@@ -19,7 +19,7 @@ from pathlib import Path
 import onnx
 import pytest
 import yaml
-from conftest import FAST, known_call_ms, onnx_top1
+from helpers import FAST, known_call_ms, onnx_top1
 
 from ofa.cli import main
 from ofa.data.datasets import build_data

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from conftest import tiny_space
+from helpers import tiny_space
 
 from bench import elastic_breakdown, elastic_overhead, official_overhead
 from ofa.families.mbv3.elastic import ElasticSqueezeExcite

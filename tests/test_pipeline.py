@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import FAST, known_call_ms, onnx_top1
-from conftest import TINY_RECIPE as RECIPE
+from helpers import FAST, known_call_ms, onnx_top1
+from helpers import TINY_RECIPE as RECIPE
 
 from ofa.cli import main
 from ofa.data.datasets import build_data

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import perturb, tiny_space
+from helpers import perturb, tiny_space
 
 from ofa.cli import main
 from ofa.data.datasets import data_from_meta

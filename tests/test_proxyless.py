@@ -10,7 +10,7 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
-from conftest import perturb
+from helpers import perturb
 from timm.layers import get_act_layer
 from timm.models._efficientnet_builder import decode_arch_def
 from timm.models.efficientnet import EfficientNet

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FAST, known_call_ms, onnx_top1, perturb
+from helpers import FAST, known_call_ms, onnx_top1, perturb
 from test_export import fake_data, ort_logits
 from test_model_folder import REBUILD, ShortStandalone, card_snippet
 

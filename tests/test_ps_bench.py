@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_RECIPE
+from helpers import TINY_RECIPE
 
 from bench import ps_ablation, ps_vs_scratch, run_all
 from bench import ps_rules as rules

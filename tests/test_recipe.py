@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TINY_RECIPE as TINY
+from helpers import TINY_RECIPE as TINY
 
 from ofa.cli import main
 from ofa.train import load_recipe

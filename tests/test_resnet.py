@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import perturb
+from helpers import perturb
 from timm.models.byobnet import ByobNet
 
 from ofa.families.resnet.arch import ResNetArch

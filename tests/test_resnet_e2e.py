@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FAST, known_call_ms, onnx_top1
+from helpers import FAST, known_call_ms, onnx_top1
 from test_export import ort_logits
 from test_model_folder import REBUILD, card_snippet
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import TINY_RECIPE as TINY
-from conftest import kill_at_step
+from helpers import TINY_RECIPE as TINY
+from helpers import kill_at_step
 
 from ofa.cli import main
 from ofa.families.mbv3.supernet import OFAMobileNetV3

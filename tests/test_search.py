@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import scalar_series, tiny_space
+from helpers import scalar_series, tiny_space
 
 from ofa.cli import main
 from ofa.families.mbv3.arch import Arch

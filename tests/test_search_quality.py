@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_RECIPE, perturb, tiny_space
+from helpers import TINY_RECIPE, perturb, tiny_space
 
 import bench.search_quality_measure as measure
 from bench import run_all

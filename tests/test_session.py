@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_RECIPE
+from helpers import TINY_RECIPE
 
 from bench import ps_runs
 from ofa.data.datasets import build_data

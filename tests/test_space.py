@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 import yaml
-from conftest import tiny_space
+from helpers import tiny_space
 
 from ofa.families.counts import count_macs, count_params
 from ofa.families.mbv3.arch import Arch

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import perturb, tiny_space
+from helpers import perturb, tiny_space
 
 from ofa.families.mbv3.elastic import kernel_matrices
 from ofa.families.mbv3.encoding import sample_arch

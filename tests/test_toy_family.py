@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import FAST, known_call_ms, onnx_top1, perturb
+from helpers import FAST, known_call_ms, onnx_top1, perturb
 from timm.layers import ClassifierHead, ConvNormAct
 from timm.models.byobnet import ByoBlockCfg, ByobNet, ByoModelCfg
 from torch import nn

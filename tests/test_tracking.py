@@ -6,7 +6,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from conftest import scalar_series
+from helpers import scalar_series
 
 from ofa.utils.tracking import LoggingConfig, Tracker, log_figures, open_tracker
 

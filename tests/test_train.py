@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_RECIPE as TINY
-from conftest import scalar_series
+from helpers import TINY_RECIPE as TINY
+from helpers import scalar_series
 
 from ofa.cli import main
 from ofa.data.datasets import data_from_meta

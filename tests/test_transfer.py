@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import TINY_RECIPE as TINY
-from conftest import perturb
+from helpers import TINY_RECIPE as TINY
+from helpers import perturb
 
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.mbv3.transfer import adapt_supernet, derive_space, fold_input_channels, rehead
