@@ -4,13 +4,16 @@ A command module defines ``register(subparsers)``, which adds its parser(s) and 
 ``func=run`` where ``run(args) -> int`` returns the exit status; a module named ``_*`` is a helper of
 the verbs, not a verb. User errors (`OFAError`) print
 one line and exit 2; no traceback reaches the user for bad input.
+
+A run of one verb imports that verb's module only (`VERBS`): the verbs' libraries together import torch,
+timm, scikit-learn, SciPy, ONNX and matplotlib, seconds per process that a command, a torchrun rank or
+a resumed run would pay for nothing. ``ofa`` alone or ``ofa --help`` imports them all to list them.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import shlex
 import sys
 from collections.abc import Sequence
@@ -25,20 +28,33 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    import ofa.commands
+# verb -> its module in ofa.commands (tests/test_flags.py checks that every module is here)
+VERBS = {
+    "export": "export",
+    "finetune": "finetune",
+    "import": "import_official",
+    "lut": "lut",
+    "noise-scale": "noise_scale",
+    "pipeline": "pipeline",
+    "predictor": "predictor",
+    "push": "push",
+    "search": "search",
+    "train": "train",
+}
 
+
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``verb`` alone when it is one of `VERBS`, else of every verb."""
     parser = OneLineParser(prog="ofa", description="Once-for-all supernet toolkit: train, search, export.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    for info in sorted(pkgutil.iter_modules(ofa.commands.__path__), key=lambda m: m.name):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"ofa.commands.{info.name}").register(sub)
+    for name in [VERBS[verb]] if verb in VERBS else sorted(VERBS.values()):
+        importlib.import_module(f"ofa.commands.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     args.command_line = shlex.join(["ofa", *argv])  # what a table's meta records as the command that built it
     if not getattr(args, "func", None):

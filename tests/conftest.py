@@ -11,17 +11,6 @@ import pytest
 if TYPE_CHECKING:
     from ofa.families.mbv3.space import SearchSpace
 
-# Their runtimes' first use in a process costs seconds (ExecuTorch's import and XNNPACK's pattern graphs,
-# NNCF's): under pytest-xdist both files share one worker.
-EDGE_RUNTIME_FILES = {"test_edge_formats.py", "test_lut_int8_edge.py"}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """An xdist group per test file (`--dist loadgroup`): a module-scoped fixture is built once, on one worker."""
-    for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("edge_runtimes" if name in EDGE_RUNTIME_FILES else name))
-
 
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():

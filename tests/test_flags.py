@@ -7,12 +7,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import pytest
 from helpers import TINY_RECIPE
 
+import ofa.commands
+from ofa import cli
 from ofa.cli import build_parser, main
 from ofa.commands import pipeline as pipeline_command
 from ofa.commands._flags import add_flags, flag_values, option_fields
@@ -79,6 +84,22 @@ def _other(tp: Any, default: Any) -> Any:
 
 def test_every_verb_is_covered():
     assert _verbs(build_parser()) == set(VERBS) | NO_CONFIG
+
+
+def test_every_command_module_is_a_verb_and_a_verb_builds_its_parser_alone():
+    modules = {m.name for m in pkgutil.iter_modules(ofa.commands.__path__) if not m.name.startswith("_")}
+    assert set(cli.VERBS.values()) == modules
+    for verb in cli.VERBS:
+        assert _verbs(build_parser(verb)) == {v for v in set(VERBS) | NO_CONFIG if v[0] == verb}
+
+
+def test_a_verb_imports_its_own_libraries_only():
+    """`ofa search` has no reason to import the training loop or the other verbs (a fresh interpreter: this one
+    has imported everything)."""
+    probe = "import sys; from ofa.cli import build_parser; build_parser('search'); print(sorted(sys.modules))"
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert "ofa.commands.search" in run.stdout and "ofa.train.loop" not in run.stdout, run.stderr[-2000:]
+    assert "ofa.commands.train" not in run.stdout and "ofa.commands.export" not in run.stdout
 
 
 @pytest.mark.parametrize("verb", list(VERBS), ids=" ".join)

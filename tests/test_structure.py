@@ -9,6 +9,7 @@ A new package must be given a layer here.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -67,26 +68,28 @@ def layer_of(module: str) -> str | None:
     return LAYER_OF_PACKAGE[best] if best else None
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip |= {id(n) for n in ast.walk(node)}
-    return skip
+def _nodes_under(tree: ast.AST, inside: type | tuple[type, ...], test=lambda node: True) -> set[int]:
+    """Ids of the nodes below any node of type ``inside`` that passes ``test``, in one walk of the tree."""
+    under: set[int] = set()
+
+    def visit(node: ast.AST, below: bool) -> None:
+        if below:
+            under.add(id(node))
+        here = below or (isinstance(node, inside) and test(node))
+        for child in ast.iter_child_nodes(node):
+            visit(child, here)
+
+    visit(tree, False)
+    return under
 
 
+@functools.cache  # several tests read every module's imports
 def imports_of(module: str, path: Path) -> list[tuple[str, ast.AST, bool]]:
     """(imported project module, node, inside a function) for every import of a project module."""
     tree = ast.parse(path.read_text())
-    skip = _type_checking_nodes(tree)
+    skip = _nodes_under(tree, ast.If, lambda node: "TYPE_CHECKING" in ast.unparse(node.test))
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-    in_function = {
-        id(n)
-        for f in ast.walk(tree)
-        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
-        for n in ast.walk(f)
-        if n is not f
-    }
+    in_function = _nodes_under(tree, (ast.FunctionDef, ast.AsyncFunctionDef))
     found = []
     for node in ast.walk(tree):
         if id(node) in skip:
