@@ -306,6 +306,16 @@ BENCHMARKS: dict[str, Benchmark] = {
         "a table timed by OpenVINO's own `benchmark_app` through `ofa lut build --runner` (160 and 224 px), "
         "judged against the same tool's timings of 30 whole subnets per resolution",
     ),
+    "host_bursts": Benchmark(
+        ["-m", "bench.host_bursts", "--json"],
+        "how this host's timing noise comes: three mbv3 subnets (ONNX Runtime, 1 thread) timed in turn in 20 ms "
+        "blocks for 30 s: each one's block spread (IQR / median), the spread of each one's ratio to the first "
+        "one's block before it, and the calls' median wall / CPU time; then 8 subnets timed twice as one set by "
+        "each estimator (quantile: each model's own q25; paired: ratios to a reference model), the median and "
+        "largest test-retest difference",
+        ["-m", "bench.host_bursts", "--json", "--seconds", "3", "--n", "3"],
+        on_request=True,
+    ),
     "standalone_latency": Benchmark(
         ["-m", "bench.standalone_latency", "--json"],
         "predicted latency vs a plain standalone wall-clock loop (30 warm-up + 300 timed session.run calls, "

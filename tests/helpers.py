@@ -95,14 +95,15 @@ def kill_at_step(cmd: list[str], checkpoints: Path, step: int) -> int:
 
 
 # A protocol for tests that time real models and assert what was measured, not how well: a few short blocks,
-# no budget, burn-in or span.
-FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, budget_s=0.0, burn_in_s=0.0, span_s=0.0)
+# no budget, burn-in or spans.
+NO_SPANS = {"budget_s": 0.0, "burn_in_s": 0.0, "span_s": 0.0, "reference_span_s": 0.0, "reference_budget_s": 0.0}
+FAST = Standalone(warmup=1, calls=3, blocks=3, block_ms=1.0, **NO_SPANS)
 
 
 def known_call_ms(monkeypatch: pytest.MonkeyPatch, ms: float) -> None:
     """Every runner's calls still run, but each reads ``ms`` on the wall and the CPU clock: a latency measured
     meanwhile has a known true value, whatever the protocol's statistics. The burn-in's second of untimed calls
-    and the least span are skipped: under this clock no call is slow, so they would only spend real time."""
+    and the least spans are skipped: under this clock no call is slow, so they would only spend real time."""
 
     def timed_calls(call, calls, cpu_clock=None):
         for _ in range(calls):
@@ -112,6 +113,9 @@ def known_call_ms(monkeypatch: pytest.MonkeyPatch, ms: float) -> None:
     monkeypatch.setattr(runtimes, "_timed_calls", timed_calls)
     monkeypatch.setattr(Standalone, "_burn_in", lambda self, runners: None)
     monkeypatch.setattr(Standalone, "_spanned", lambda self, state: True)
+    monkeypatch.setattr(
+        Standalone, "_reference_stats", lambda self, ref, state, timed_s: self._stats(state, self.reference_quantile)
+    )
 
 
 def onnx_top1(path: str | Path, images: torch.utils.data.Dataset) -> float:

@@ -38,7 +38,7 @@ from ofa.families.family import Arch, Space
 from ofa.families.genes import GeneLayoutBase
 from ofa.families.registry import family_of, layout_of
 from ofa.lut.layer_models import LayerModules, empty_runner, input_shape, subnet_runners
-from ofa.lut.protocols import Protocol, time_models
+from ofa.lut.protocols import Protocol, protocol_from_dict, time_models
 from ofa.lut.stats import Stats, noise_pct, spread_pct
 from ofa.lut.timing import NOISE_CRITERION, WARN_NOISE_PCT, Standalone
 from ofa.runtime import formats
@@ -263,14 +263,13 @@ def _resume(out: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     if not isinstance(doc, Mapping) or not isinstance(doc.get("meta"), Mapping):
         raise OFAError(f"{out}: exists and is not a latency table; choose another --out")
     old = {"dtype": "float32", **doc["meta"]}  # tables from before INT8 name no dtype
+    as_read = {"protocol": protocol_from_dict(old.get("protocol", {}), f"{out}: meta.protocol").to_dict()}
     options = {f.name for f in fields(TableBuildConfig) if "help" in f.metadata}
-    for key in RESUME_KEYS:
-        if old.get(key) != meta[key]:
+    for key in RESUME_KEYS:  # a protocol as read: a field it leaves out is its default
+        if (stored := as_read.get(key, old.get(key))) != meta[key]:
             flag = f" ({field_label(TableBuildConfig, key)})" if key in options else ""
-            raise OFAError(
-                f"{out}: exists with {key}={old.get(key)!r}, this build asks {meta[key]!r}{flag}; "
-                f"delete it or choose another --out"
-            )
+            raise OFAError(f"{out}: exists with {key}={stored!r}, this build asks {meta[key]!r}{flag}; "
+                           f"delete it or choose another --out")  # fmt: skip
     old.setdefault("resolutions_done", [])
     return old, dict(doc.get("entries") or {})
 

@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
 from typing import Any
 
+from ofa.lut.interleaved import Interleaved
 from ofa.lut.stats import Stats
-from ofa.lut.timing import Interleaved, Standalone
+from ofa.lut.timing import Standalone
 from ofa.runtime.runtimes import Runner
 from ofa.utils.errors import OFAError
 

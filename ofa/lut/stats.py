@@ -7,6 +7,7 @@ blocks is the default figure.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -116,3 +117,11 @@ def trimmed_stats(samples_ms: Sequence[float], trim: float) -> Stats:
     cut = int(len(x) * trim)
     kept = x[cut : len(x) - cut] if len(x) - 2 * cut > 0 else x
     return {"mean_ms": float(kept.mean()), "std_ms": float(kept.std()), "count": len(kept)}
+
+
+def block_ratio(block: tuple[float, bool], around: list[tuple[float, bool]]) -> float | None:
+    """A model block's figure over the geometric mean of the reference blocks around it that count."""
+    refs = [figure for figure, counts in around if counts and figure > 0]
+    if not block[1] or not refs:
+        return None
+    return block[0] / math.exp(sum(map(math.log, refs)) / len(refs))

@@ -8,7 +8,7 @@ shuffled order every round of blocks, and a block's figure is its median call.
 
 A shared host's noise comes in bursts (another tenant's job, the hypervisor taking the CPU away) that
 last longer than a short block, so a burst lifts whole blocks, and the spread of the block medians is
-the host's, which no number of blocks shrinks. The default estimator (``estimator="quantile"``) is
+the host's, which no number of blocks shrinks. The ``estimator="quantile"`` rule is
 built for that:
 
 - first, every model is called in turn, untimed, for ``burn_in_s``: models just loaded (after quantizing
@@ -31,6 +31,20 @@ built for that:
   on its own worker thread, against the process's CPU time); a block with fewer than ``MIN_CLEAN`` of its
   calls left does not count.
 
+Where the bursts outlast a model's blocks altogether (a shared Xeon VM here: the thread's own CPU time, not
+only the wall clock, swings for seconds at a time, with no steal), a model's own low quantile reads
+whichever spell its blocks fell in, with a tight interval. The default estimator (``estimator="paired"``,
+for any set of two or more models) times a reference model (the set's longest call: the largest working set,
+which the host's bursts slow the most, as they do whole subnets) in a block right before and after every
+other model's block: a burst slows both alike, so the model's block over the reference blocks around it
+holds still where each figure swings (`bench.host_bursts` measures both spreads). A model's figure is the
+median of its ratios times the reference's low quantile (``reference_quantile``, q10 of its blocks, which
+span the whole timing), and its interval combines both. Blocks are added until the ratio's interval is
+within ``target_pct``; the reference is then timed on alone until the timing has lasted ``reference_span_s``
+in all (longer than the host's bursts) and while its own interval is wider (up to ``reference_budget_s``
+more), so that its quiet figure comes from outside any burst. One model alone is timed with the quantile
+rule above.
+
 What a model's timing reports: ``mean_ms`` (the figure), ``ci_pct`` (the half-width of its 95% interval,
 % of the figure: the measurement's noise, `noise_pct` of the judged models), ``spread_pct`` (the block
 medians' interquartile range in % of their median, the host's burstiness: a diagnostic), ``count``
@@ -38,10 +52,7 @@ medians' interquartile range in % of their median, the host's burstiness: a diag
 and read as ``estimator="median"``: ``blocks`` blocks of ``calls`` calls, the median block, which stays
 available.
 
-`Interleaved` is the older protocol, kept as an explicit option: shuffled rounds that time every model
-once or twice and move on, the quietest half of the rounds kept, on the thread's CPU clock by default
-(``clock="auto"``). It predicts its own protocol, which a user does not run: on a shared cache a model
-timed between others runs colder, and CPU time leaves out what the OS gave to other processes.
+The older interleaved rounds are `ofa.lut.interleaved`'s.
 """
 
 from __future__ import annotations
@@ -54,16 +65,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ofa.lut.stats import (
-    Stats,
-    block_figure,
-    blocks_stats,
-    host_steal_ticks,
-    quantile_stats,
-    quiet_rounds,
-    repeat_stats,
-    trimmed_stats,
-)
+from ofa.lut.stats import Stats, block_figure, block_ratio, blocks_stats, host_steal_ticks, quantile_stats, repeat_stats
 from ofa.runtime.runtimes import Runner
 from ofa.utils.errors import OFAError
 
@@ -81,10 +83,12 @@ ESTIMATORS = {
     "quantile": "a low quantile of time-sized blocks' median calls, blocks added until its 95% interval "
     "is within target_pct; blocks with host steal and preempted calls left out",
     "median": "median over blocks of the median call",
+    "paired": "the median ratio of a model's time-sized blocks to the reference model's blocks around them, times "
+    "the reference's low quantile over the whole timing; blocks with host steal and preempted calls left out",
 }
 
 
-def _check_fields(protocol: Any, least: Mapping[str, int], clocks: Sequence[str]) -> None:
+def check_fields(protocol: Any, least: Mapping[str, int], clocks: Sequence[str]) -> None:
     """One clear line for a setting out of range (``protocol.NAME: ...``)."""
     for name, low in least.items():
         value = getattr(protocol, name)
@@ -122,9 +126,14 @@ class Standalone:
     blocks: int | None = None  # median: blocks per model (7); quantile: least kept blocks per model (15)
     clock: str = "wall"  # wall, preempted calls left out; or "thread": the calling thread's CPU time, all calls
     seed: int = 0  # order of the shuffled blocks
-    estimator: str = "quantile"  # or "median", the estimator of tables that name none
+    estimator: str = "paired"  # or "quantile" (one model alone always is), or "median" (tables that name none)
     block_ms: float = 20.0  # quantile: least duration of a block
     quantile: float = 0.25  # quantile: the figure is this quantile of the kept block medians
+    reference_quantile: float = 0.1  # paired: the reference's figure, this quantile of its (many) blocks
+    reference_span_s: float = 10.0  # paired: least seconds of timing in all (the reference timed on alone if
+    # the others took less): longer than the host's bursts, so that the reference's low quantile is a quiet one
+    reference_budget_s: float = 10.0  # paired: and past that, most seconds of it alone while its interval is wider
+    # than target_pct
     target_pct: float = 2.0  # quantile: blocks are added until the figure's 95% half-width is within this %
     budget_s: float = 1.0  # quantile: most seconds of timing per model once its least blocks are in
     burn_in_s: float = 1.0  # quantile: untimed round-robin calls of every model first (see `_burn_in`)
@@ -134,16 +143,18 @@ class Standalone:
     def __post_init__(self) -> None:
         if self.estimator not in ESTIMATORS:
             raise OFAError(f"protocol.estimator: {self.estimator!r} is not one of {list(ESTIMATORS)}")
-        quantile = self.estimator == "quantile"
+        quantile = self.estimator != "median"
         if self.calls is None:
             object.__setattr__(self, "calls", 3 if quantile else 50)
         if self.blocks is None:
             object.__setattr__(self, "blocks", 15 if quantile else 7)
-        _check_fields(self, {"warmup": 0, "calls": 1, "blocks": 1}, ("wall", "thread"))
-        for name, low, high in (("block_ms", 0, math.inf), ("quantile", 0, 1), ("target_pct", 0, math.inf)):
+        check_fields(self, {"warmup": 0, "calls": 1, "blocks": 1}, ("wall", "thread"))
+        bounds = (("block_ms", 0, math.inf), ("quantile", 0, 1), ("reference_quantile", 0, 1))
+        bounds += (("target_pct", 0, math.inf),)
+        for name, low, high in bounds:
             if not low < getattr(self, name) < high:
                 raise OFAError(f"protocol.{name}: expected a number in ({low}, {high}), got {getattr(self, name)!r}")
-        for name in ("budget_s", "burn_in_s", "span_s"):
+        for name in ("budget_s", "burn_in_s", "span_s", "reference_span_s", "reference_budget_s"):
             if not getattr(self, name) >= 0:
                 raise OFAError(f"protocol.{name}: expected seconds >= 0, got {getattr(self, name)!r}")
 
@@ -166,12 +177,20 @@ class Standalone:
             f"q{round(100 * self.quantile)} of at least {self.blocks} blocks of >= {self.block_ms:g} ms, "
             f"95% interval within ±{self.target_pct:g}% or {self.budget_s:g} s per model"
             + (f", spanning >= {self.span_s:g} s" if self.span_s else "")
+            + (
+                f" (several models timed together: ratios to a reference model's q{100 * self.reference_quantile:g})"
+                if self.estimator == "paired"
+                else ""
+            )
         )
 
     def to_dict(self) -> dict[str, Any]:
         out = {"kind": self.kind, **asdict(self)}
         if self.estimator == "median":  # the settings a median table has always stored, and nothing more
             out = {k: out[k] for k in ("kind", "warmup", "calls", "blocks", "clock", "seed", "estimator")}
+        elif self.estimator == "quantile":  # as quantile tables have stored it
+            for name in ("reference_quantile", "reference_span_s", "reference_budget_s"):
+                del out[name]
         return {
             **out,
             "figure": ESTIMATORS[self.estimator],
@@ -182,6 +201,8 @@ class Standalone:
         """Time every runner (see module doc); progress advances per round of blocks (median) or per model done."""
         if self.estimator == "median":
             return self._measure_median(runners, progress)
+        if self.estimator == "paired" and len(runners) > 1:
+            return self._measure_paired(runners, progress)
         return self._measure_quantile(runners, progress)
 
     def _measure_median(
@@ -258,15 +279,20 @@ class Standalone:
             return True  # out of time: what was kept stands, with its interval as the noise
         return quantile_stats(kept, self.quantile)["ci_pct"] <= self.target_pct
 
+    def _first_blocks(self, runners: Mapping[str, Runner]) -> dict[str, _Blocks]:
+        """After the burn-in, every model's first block sized from a few calls."""
+        states = {name: _Blocks() for name in runners}
+        self._burn_in(runners)
+        for name, runner in runners.items():
+            wall = runner.times(max(1, min(self.warmup, 5)))[0]
+            states[name].calls = self._calls_per_block(float(np.median(wall)))
+        return states
+
     def _measure_quantile(
         self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None
     ) -> dict[str, Stats]:
         rng = np.random.default_rng(self.seed)
-        states = {name: _Blocks() for name in runners}
-        self._burn_in(runners)
-        for name, runner in runners.items():  # size the first block from a few calls
-            wall = runner.times(max(1, min(self.warmup, 5)))[0]
-            states[name].calls = self._calls_per_block(float(np.median(wall)))
+        states = self._first_blocks(runners)
         active = list(runners)
         while active:
             for i in rng.permutation(len(active)):
@@ -277,79 +303,81 @@ class Standalone:
                 progress(len(finished))
         return {name: self._stats(state) for name, state in states.items()}
 
-    def _stats(self, state: _Blocks) -> Stats:
-        kept = state.kept
+    def _measure_paired(
+        self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None
+    ) -> dict[str, Stats]:
+        """Every model block between two blocks of the reference (the set's longest-call model): the host's
+        bursts slow both alike, so their ratio holds still where either figure swings (see module doc)."""
+        rng = np.random.default_rng(self.seed)
+        states = self._first_blocks(runners)
+        reference = min(states, key=lambda n: states[n].calls)  # the longest call: the largest working set
+        ref, ref_state = runners[reference], states[reference]
+        ratios: dict[str, list[float]] = {name: [] for name in runners if name != reference}
+        self._block(ref, ref_state)
+        active = list(ratios)
+        while active:
+            for i in rng.permutation(len(active)):
+                name = active[i]
+                self._block(runners[name], states[name])
+                self._block(ref, ref_state)
+                ratio = block_ratio(states[name].figures[-1], ref_state.figures[-2:])
+                if ratio is not None:
+                    ratios[name].append(ratio)
+            finished = [n for n in active if self._paired_done(states[n], ratios[n])]
+            active = [n for n in active if n not in finished]
+            if progress and finished:
+                progress(len(finished))
+        ref_stats = self._reference_stats(ref, ref_state, sum(state.seconds for state in states.values()))
+        if progress:
+            progress(1)
+        paired = {n: _paired_stats(r, ref_stats, states[n], self.quantile) for n, r in ratios.items()}
+        return {reference: ref_stats} | paired
+
+    def _reference_stats(self, ref: Runner, state: _Blocks, timed_s: float) -> Stats:
+        """The reference's low quantile, timed on alone while all the timing so far (``timed_s``) is shorter than
+        ``reference_span_s``, then while its interval is wider than ``target_pct`` (``reference_budget_s`` at the
+        most): a burst can outlast the others' blocks, and the quiet figure needs blocks from outside it."""
+        start, span = state.seconds, max(0.0, self.reference_span_s - timed_s)
+        for _ in range(MAX_BLOCKS):  # a runner whose calls read 0 ms never adds seconds
+            alone = state.seconds - start
+            wide = self._stats(state, self.reference_quantile)["ci_pct"] > self.target_pct
+            if alone >= span and not (wide and alone < span + self.reference_budget_s):
+                break
+            self._block(ref, state)
+        return self._stats(state, self.reference_quantile)
+
+    def _paired_done(self, state: _Blocks, ratios: list[float]) -> bool:
+        if len(state.figures) >= MAX_BLOCKS:
+            return True
+        if len(ratios) < self.blocks:
+            return len(state.figures) >= 4 * self.blocks and state.seconds >= self.budget_s / 4
+        return state.seconds >= self.budget_s or quantile_stats(ratios, 0.5)["ci_pct"] <= self.target_pct
+
+    def _stats(self, state: _Blocks, quantile: float | None = None) -> Stats:
+        kept, q = state.kept, self.quantile if quantile is None else quantile
         if 2 * len(kept) >= self.blocks:
-            return {**quantile_stats(kept, self.quantile), "steal_blocks": state.steal}
-        everything = quantile_stats([f for f, _ in state.figures], self.quantile)  # mostly disturbed: no confidence
+            return {**quantile_stats(kept, q), "steal_blocks": state.steal}
+        everything = quantile_stats([f for f, _ in state.figures], q)  # mostly disturbed: no confidence
         return {**everything, "ci_pct": 100.0, "spread_pct": 100.0, "steal_blocks": state.steal}
 
 
-@dataclass(frozen=True)
-class Interleaved:
-    """The older interleaved-rounds protocol (see module doc), kept as an explicit option."""
-
-    warmup: int = 10  # untimed calls per model before the first round
-    rounds: int = 150  # shuffled, interleaved rounds; each yields one sample per model
-    prime: int = 1  # untimed calls right before each sample
-    calls: int = 2  # timed back-to-back calls per model per round, averaged into that round's sample
-    keep: float = 0.5  # share of rounds kept: the quietest by mean log-slowdown over all models
-    trim: float = 0.1  # share of the kept samples dropped at each end before averaging
-    clock: str = "auto"  # auto: thread CPU time for 1-thread CPU backends, else wall; or "wall" / "thread"
-    seed: int = 0  # order of the shuffled rounds
-    kind: ClassVar[str] = "interleaved-rounds"
-
-    def __post_init__(self) -> None:
-        _check_fields(self, {"warmup": 0, "rounds": 1, "prime": 0, "calls": 1}, ("auto", "wall", "thread"))
-        if not 0 <= self.trim < 0.5:
-            raise OFAError(f"protocol.trim: must be in [0, 0.5), got {self.trim!r}")
-        if not 0 < self.keep <= 1:
-            raise OFAError(f"protocol.keep: must be in (0, 1], got {self.keep!r}")
-
-    @property
-    def repeats(self) -> int:
-        return self.rounds
-
-    def progress_total(self, models: int) -> int:
-        """What ``measure``'s progress counts to: rounds."""
-        return self.rounds
-
-    def clock_name(self, device: str, threads: int) -> str:
-        """What ``clock="auto"`` resolves to: the thread's CPU time where the model runs in this thread alone."""
-        if self.clock == "auto":
-            return CLOCK_NAMES["thread" if device == "cpu" and threads == 1 else "wall"]
-        return CLOCK_NAMES[self.clock]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}
-
-    def measure(self, runners: Mapping[str, Runner], progress: Callable[[int], None] | None = None) -> dict[str, Stats]:
-        """Warm every runner up, time all of them in ``rounds`` shuffled rounds, summarize."""
-        names = list(runners)
-        for name in names:
-            if self.warmup:
-                runners[name].times(self.warmup)
-        rng = np.random.default_rng(self.seed)
-        samples: dict[str, list[float]] = {name: [] for name in names}
-        for _ in range(self.rounds):
-            for i in rng.permutation(len(names)):
-                runner = runners[names[i]]
-                column = 0 if self.clock_name(runner.device, runner.threads) == "wall" else 1
-                if self.prime:
-                    runner.times(self.prime)
-                samples[names[i]].append(float(runner.times(self.calls)[column].mean()))
-            if progress:
-                progress(1)
-        return summarize(samples, self)
-
-
-def summarize(samples_ms: Mapping[str, Sequence[float]], protocol: Interleaved) -> dict[str, Stats]:
-    """Per-model interleaved stats over the quietest rounds; the spread is that of 5 consecutive chunks."""
-    names = list(samples_ms)
-    matrix = np.array([samples_ms[n] for n in names], dtype=np.float64)
-    kept = quiet_rounds(matrix, protocol.keep)
-    out = {}
-    for i, n in enumerate(names):
-        chunks = [c.mean() for c in np.array_split(matrix[i, kept], min(5, len(kept)))]
-        out[n] = {**trimmed_stats(matrix[i, kept], protocol.trim), "spread_pct": repeat_stats(chunks)["spread_pct"]}
-    return out
+def _paired_stats(ratios: list[float], ref: Stats, state: _Blocks, quantile: float) -> Stats:
+    """The median ratio times the reference's figure; its interval combines both; the spread is the model's own
+    blocks' (the host's burstiness, a diagnostic). Under 2 ratios (mostly disturbed): its own ``quantile``, measured
+    but with no confidence."""
+    own = state.kept or [f for f, _ in state.figures]
+    if len(ratios) < 2:
+        return {**quantile_stats(own, quantile), "ci_pct": 100.0, "spread_pct": 100.0, "steal_blocks": state.steal}
+    r = quantile_stats(ratios, 0.5)
+    figure = r["mean_ms"] * float(ref["mean_ms"])
+    return {
+        **repeat_stats(own),
+        "mean_ms": figure,
+        "median_ms": float(np.median(own)),
+        "count": len(ratios),
+        "ci_low_ms": r["ci_low_ms"] * float(ref["mean_ms"]),
+        "ci_high_ms": r["ci_high_ms"] * float(ref["mean_ms"]),
+        "ci_pct": math.hypot(r["ci_pct"], float(ref["ci_pct"])),
+        "ratio": r["mean_ms"],
+        "steal_blocks": state.steal,
+    }
