@@ -26,6 +26,7 @@ import numpy as np
 from ofa.families.mbv3.space import SearchSpace
 from ofa.families.registry import family_of
 from ofa.lut.protocols import time_models
+from ofa.lut.stats import repeat_stats
 from ofa.lut.timing import Standalone
 from ofa.runtime.convert import export_onnx
 from ofa.runtime.runtimes import OrtRunner
@@ -44,11 +45,6 @@ def subnet_runners(n: int, seed: int) -> dict[str, OrtRunner]:
     return runners
 
 
-def spread_pct(x: np.ndarray) -> float:
-    q1, mid, q3 = np.percentile(x, [25, 50, 75])
-    return round(float(100 * (q3 - q1) / mid), 2)
-
-
 def bursts(runners: list[OrtRunner], seconds: float, block_ms: float) -> dict:
     """Blocks of each runner in turn for ``seconds``: block spreads, ratio spreads, wall over CPU time."""
     for runner in runners:
@@ -63,8 +59,8 @@ def bursts(runners: list[OrtRunner], seconds: float, block_ms: float) -> dict:
     blocks = np.array(medians)
     return {
         "blocks_per_model": blocks.shape[1],
-        "block_spread_pct": [spread_pct(b) for b in blocks],
-        "ratio_spread_pct": [spread_pct(b / blocks[0]) for b in blocks[1:]],
+        "block_spread_pct": [round(repeat_stats(b)["spread_pct"], 2) for b in blocks],
+        "ratio_spread_pct": [round(repeat_stats(b / blocks[0])["spread_pct"], 2) for b in blocks[1:]],
         "wall_over_cpu": round(float(np.median(over_cpu)), 4),
     }
 

@@ -189,8 +189,7 @@ class Standalone:
         if self.estimator == "median":  # the settings a median table has always stored, and nothing more
             out = {k: out[k] for k in ("kind", "warmup", "calls", "blocks", "clock", "seed", "estimator")}
         elif self.estimator == "quantile":  # as quantile tables have stored it
-            for name in ("reference_quantile", "reference_span_s", "reference_budget_s"):
-                del out[name]
+            out = {k: v for k, v in out.items() if not k.startswith("reference_")}
         return {
             **out,
             "figure": ESTIMATORS[self.estimator],
@@ -266,18 +265,20 @@ class Standalone:
         """Calls that last ``block_ms`` at ``call_ms`` each (at least ``calls``)."""
         return int(min(MAX_CALLS_PER_BLOCK, max(self.calls, math.ceil(self.block_ms / max(call_ms, 1e-6)))))
 
-    def _done(self, state: _Blocks) -> bool:
-        kept = state.kept
+    def _done(self, state: _Blocks, ratios: list[float] | None = None) -> bool:
+        """Whether a model's timing stops; with ``ratios`` (paired), their median's interval is judged, with no
+        span of its own (the reference's blocks span the timing)."""
+        kept = state.kept if ratios is None else ratios
         attempts = len(state.figures)
         if attempts >= MAX_BLOCKS:
             return True
         if len(kept) < self.blocks:  # blocks left out are timed again, within bounds
             return attempts >= 4 * self.blocks and state.seconds >= self.budget_s / 4
-        if not self._spanned(state):
+        if ratios is None and not self._spanned(state):
             return False
         if state.seconds >= self.budget_s:
             return True  # out of time: what was kept stands, with its interval as the noise
-        return quantile_stats(kept, self.quantile)["ci_pct"] <= self.target_pct
+        return quantile_stats(kept, self.quantile if ratios is None else 0.5)["ci_pct"] <= self.target_pct
 
     def _first_blocks(self, runners: Mapping[str, Runner]) -> dict[str, _Blocks]:
         """After the burn-in, every model's first block sized from a few calls."""
@@ -323,7 +324,7 @@ class Standalone:
                 ratio = block_ratio(states[name].figures[-1], ref_state.figures[-2:])
                 if ratio is not None:
                     ratios[name].append(ratio)
-            finished = [n for n in active if self._paired_done(states[n], ratios[n])]
+            finished = [n for n in active if self._done(states[n], ratios[n])]
             active = [n for n in active if n not in finished]
             if progress and finished:
                 progress(len(finished))
@@ -340,18 +341,12 @@ class Standalone:
         start, span = state.seconds, max(0.0, self.reference_span_s - timed_s)
         for _ in range(MAX_BLOCKS):  # a runner whose calls read 0 ms never adds seconds
             alone = state.seconds - start
-            wide = self._stats(state, self.reference_quantile)["ci_pct"] > self.target_pct
-            if alone >= span and not (wide and alone < span + self.reference_budget_s):
-                break
+            if alone >= span:  # the interval (a sort of every block) only once the span is in
+                stats = self._stats(state, self.reference_quantile)
+                if stats["ci_pct"] <= self.target_pct or alone >= span + self.reference_budget_s:
+                    return stats
             self._block(ref, state)
         return self._stats(state, self.reference_quantile)
-
-    def _paired_done(self, state: _Blocks, ratios: list[float]) -> bool:
-        if len(state.figures) >= MAX_BLOCKS:
-            return True
-        if len(ratios) < self.blocks:
-            return len(state.figures) >= 4 * self.blocks and state.seconds >= self.budget_s / 4
-        return state.seconds >= self.budget_s or quantile_stats(ratios, 0.5)["ci_pct"] <= self.target_pct
 
     def _stats(self, state: _Blocks, quantile: float | None = None) -> Stats:
         kept, q = state.kept, self.quantile if quantile is None else quantile
