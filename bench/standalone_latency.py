@@ -2,8 +2,12 @@
 
 The loop is written here on its own, apart from the project's timing code (``ofa.lut.timing``): one
 onnxruntime session with the settings tables are built with (1 intra-op thread, sequential, all graph
-optimizations), ``time.perf_counter`` around ``session.run``, 30 warm-up and 300 timed calls, the
-median. One model at a time, as a user benchmarks a model. Two groups:
+optimizations), ``time.perf_counter`` around ``session.run``; 30 warm-up calls, then ``--repeats`` (5)
+repeats of 100 timed calls, each repeat's median, and the least of those medians: the rule of Python's
+``timeit`` (its ``repeat`` and best of 5), since other processes only ever slow a repeat down. A group's
+models take their repeats in turn (repeat 1 of every model, then repeat 2, ...), so one model's repeats
+lie seconds apart, not inside one burst of host load. One model timed at a time, as a user benchmarks
+a model. Two groups:
 
 - demo: the models a pipeline run exported (default ``runs/digits/export``, else the ``pipeline_demo``
   bench's folder: every ``NAME.export.json`` there, else every model folder's) against the latency their
@@ -14,7 +18,7 @@ median. One model at a time, as a user benchmarks a model. Two groups:
   thread, 1 stream, the latency hint); ExecuTorch's runtime on the XNNPACK program the project lowers
   (1 thread). ``--exports none`` skips the demo group.
 
-Every subnet is timed twice by the plain loop, the second pass after all the first ones (minutes later):
+Every subnet is timed twice by the plain loop, the second pass after all the first ones (a minute later):
 the share of subnets whose two plain-loop figures agree within ±10% (``retest_within_10pct``) is how far
 the plain loop itself can be trusted on this host, the ceiling for any prediction judged against it.
 
@@ -29,6 +33,8 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +49,24 @@ from search.latency import LatencyTable
 DEMO_EXPORTS = (ROOT / "runs" / "digits" / "export", ROOT / "runs" / "bench" / "pipeline_demo" / "export")
 
 
+@dataclass(frozen=True)
+class Loop:
+    """The plain loop's settings: untimed calls, then ``repeats`` repeats of ``calls`` timed calls."""
+
+    warmup: int = 30
+    calls: int = 100
+    repeats: int = 5
+
+    def figures(self, models: list[Callable[[], object]]) -> list[float]:
+        return best_of_repeats(models, self.warmup, self.calls, self.repeats)
+
+    def describe(self) -> str:
+        return (
+            f"{self.warmup} warm-up calls, then the least median of {self.repeats} repeats of {self.calls} timed "
+            "calls (the models taking repeats in turn), perf_counter"
+        )
+
+
 def plain_session(model: str | bytes) -> ort.InferenceSession:
     """A CPU session as a user would open it for a 1-thread benchmark."""
     opts = ort.SessionOptions()
@@ -54,16 +78,23 @@ def plain_session(model: str | bytes) -> ort.InferenceSession:
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
-def plain_loop(session: ort.InferenceSession, feed: dict[str, np.ndarray], warmup: int = 30, calls: int = 300) -> float:
-    """Median milliseconds of ``calls`` timed ``session.run`` calls after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        session.run(None, feed)
+def timed_median(call: Callable[[], object], calls: int) -> float:
+    """Median milliseconds of ``calls`` timed calls of ``call()``."""
     times = []
     for _ in range(calls):
         t0 = time.perf_counter()
-        session.run(None, feed)
+        call()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3
+
+
+def best_of_repeats(models: list[Callable[[], object]], warmup: int, calls: int, repeats: int) -> list[float]:
+    """Each model's least median over ``repeats`` repeats of ``calls`` calls, the models taking repeats in turn."""
+    for call in models:
+        for _ in range(warmup):
+            call()
+    medians = [[timed_median(call, calls) for call in models] for _ in range(repeats)]
+    return [min(figures) for figures in zip(*medians, strict=True)]
 
 
 def random_feed(session: ort.InferenceSession) -> dict[str, np.ndarray]:
@@ -73,24 +104,14 @@ def random_feed(session: ort.InferenceSession) -> dict[str, np.ndarray]:
     return {spec.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
 
 
-def measure(model: str | bytes, warmup: int, calls: int) -> float:
+def onnxruntime_call(model: str | bytes) -> Callable[[], object]:
+    """One ``session.run`` on a random batch-1 input, in the plain session."""
     session = plain_session(model)
-    return plain_loop(session, random_feed(session), warmup, calls)
+    feed = random_feed(session)
+    return lambda: session.run(None, feed)
 
 
-def timed_median(call, warmup: int, calls: int) -> float:
-    """Median milliseconds of ``calls`` timed calls of ``call()`` after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
-def openvino_call(onnx_model: bytes, shape: tuple[int, ...]):
+def openvino_call(onnx_model: bytes, shape: tuple[int, ...]) -> Callable[[], object]:
     """An OpenVINO CPU infer request on the ONNX model, 1 inference thread, 1 stream, as benchmark_app -nthreads 1."""
     import openvino as ov
 
@@ -102,7 +123,7 @@ def openvino_call(onnx_model: bytes, shape: tuple[int, ...]):
     return lambda: request.infer([x])
 
 
-def executorch_call(module, shape: tuple[int, ...]):
+def executorch_call(module, shape: tuple[int, ...]) -> Callable[[], object]:
     """The module lowered to an XNNPACK .pte (the project's conversion), run by ExecuTorch's runtime on 1 thread."""
     import torch
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
@@ -117,39 +138,40 @@ def executorch_call(module, shape: tuple[int, ...]):
     return lambda _keep=program: method.execute([x])
 
 
-def measure_on(backend: str, module, shape: tuple[int, ...], warmup: int, calls: int) -> float:
-    """A subnet timed by the plain loop of the runtime the table was built for."""
+def runtime_call(backend: str, module, shape: tuple[int, ...]) -> Callable[[], object]:
+    """One inference of a subnet on the plain runtime the table was built for."""
     if backend == "executorch-xnnpack":
-        return timed_median(executorch_call(module, shape), warmup, calls)
+        return executorch_call(module, shape)
     if backend == "openvino-cpu":
-        return timed_median(openvino_call(export_onnx(module, shape), shape), warmup, calls)
-    return measure(export_onnx(module, shape), warmup, calls)
+        return openvino_call(export_onnx(module, shape), shape)
+    return onnxruntime_call(export_onnx(module, shape))
 
 
-def demo_rows(folder: Path, warmup: int, calls: int) -> list[dict]:
+def demo_rows(folder: Path, loop: Loop) -> list[dict]:
     """Exported models with the latency their search predicted, measured by the plain loop."""
-    rows = []
+    found = []
     summaries = sorted(folder.glob("*.export.json")) or sorted(folder.glob("*/model.export.json"))  # files or folders
     for summary_path in summaries:
         summary = json.loads(summary_path.read_text())
         onnx_path = summary_path.with_name(summary_path.name.removesuffix(".export.json") + ".onnx")
         predicted = summary.get("predicted_latency_ms")
-        if predicted is None or not onnx_path.is_file():
-            continue
-        rows.append(
-            {
-                "group": "demo",
-                "model": str(onnx_path.relative_to(ROOT) if onnx_path.is_relative_to(ROOT) else onnx_path),
-                "table": summary.get("table"),
-                "predicted_ms": float(predicted),
-                "measured_ms": measure(str(onnx_path), warmup, calls),
-            }
-        )
-    return rows
+        if predicted is not None and onnx_path.is_file():
+            found.append((onnx_path, summary.get("table"), float(predicted)))
+    measured = loop.figures([onnxruntime_call(str(onnx_path)) for onnx_path, _, _ in found])
+    return [
+        {
+            "group": "demo",
+            "model": str(onnx_path.relative_to(ROOT) if onnx_path.is_relative_to(ROOT) else onnx_path),
+            "table": table,
+            "predicted_ms": predicted,
+            "measured_ms": ms,
+        }
+        for (onnx_path, table, predicted), ms in zip(found, measured, strict=True)
+    ]
 
 
-def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, warmup: int, calls: int) -> list[dict]:
-    """Random subnets of the table's space, exported with random weights, predicted and measured."""
+def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, loop: Loop) -> list[dict]:
+    """Random subnets of the table's space, exported with random weights, predicted and measured twice."""
     table = LatencyTable.load(table_path)
     space, rng, backend = table.space, np.random.default_rng(seed), table.meta["backend"]
     subnets, family = [], family_of(space)
@@ -157,8 +179,8 @@ def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, war
         for _ in range(n):
             arch = family.sample_arch(space, rng, resolutions=[r])
             subnets.append((f"{r}px", arch, family.build_subnet(space, arch).eval(), (1, space.in_channels, r, r)))
-    first = [measure_on(backend, module, shape, warmup, calls) for _, _, module, shape in subnets]
-    second = [measure_on(backend, module, shape, warmup, calls) for _, _, module, shape in subnets]
+    calls = [runtime_call(backend, module, shape) for _, _, module, shape in subnets]
+    first, second = loop.figures(calls), loop.figures(calls)
     return [
         {
             "group": group,
@@ -198,18 +220,20 @@ def main() -> int:
     parser.add_argument("--table", type=Path, default=ROOT / "latency_tables" / "mbv3_ort-cpu_t1_b1.yaml")
     parser.add_argument("--resolutions", type=int, nargs="+", default=[160, 224])
     parser.add_argument("--n", type=int, default=8, help="random mbv3 subnets per resolution (default 8)")
-    parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=Loop.warmup)
+    parser.add_argument("--calls", type=int, default=Loop.calls, help="timed calls per repeat")
+    parser.add_argument("--repeats", type=int, default=Loop.repeats, help="repeats per model; the least median counts")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args()
+    loop = Loop(args.warmup, args.calls, args.repeats)
 
-    demo = demo_rows(args.exports, args.warmup, args.calls) if args.exports.is_dir() else []
+    demo = demo_rows(args.exports, loop) if args.exports.is_dir() else []
     if not demo:
         print(
             f"demo: no exported models with a predicted latency under {args.exports}; skipped (run `make demo` first)"
         )
-    subnets = subnet_rows(args.table, args.resolutions, args.n, args.seed, args.warmup, args.calls)
+    subnets = subnet_rows(args.table, args.resolutions, args.n, args.seed, loop)
     for row in demo + subnets:
         retest = f"  again {row['retest_ms']:8.4f} ms" if "retest_ms" in row else ""
         print(
@@ -231,7 +255,7 @@ def main() -> int:
             for r in args.resolutions
         },
         "table_measured_on_this_cpu": table_cpu == cpu_name(),
-        "loop": f"{args.warmup} warm-up + {args.calls} timed session.run calls, median, perf_counter",
+        "loop": loop.describe(),
     }
     if args.json:
         print(json.dumps(result))

@@ -11,6 +11,24 @@ import pytest
 if TYPE_CHECKING:
     from ofa.families.mbv3.space import SearchSpace
 
+# Test files that lower models to ExecuTorch, run on one xdist worker: a process's first lowering costs about
+# 16 s (importing exir, then its passes' first run), which a second worker would pay again.
+EXECUTORCH_FILES = ("tests/test_edge_formats.py", "tests/test_lut_int8_edge.py")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile``, with the ExecuTorch files as one unit of work."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileSharingExecuTorch(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return EXECUTORCH_FILES[0] if scope in EXECUTORCH_FILES else scope
+
+    return LoadFileSharingExecuTorch(config, log)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():

@@ -511,20 +511,28 @@ def test_bench_plain_loop_is_its_own_timer_around_session_run(monkeypatch):
         if isinstance(node, ast.ImportFrom)
     }
     assert "search.latency" in imported and not imported & {"ofa.lut.timing", "ofa.runtime.runtimes"}
-    now, durations, runs = [0.0], iter([1.0] * 3 + [0.002, 0.001, 0.009, 0.001, 0.003]), []
+    now, order = [0.0], []
+    # model a: repeat 1 inside a burst (medians 9 ms), repeat 2 quiet (2 ms); model b: 4 then 3 ms
+    durations = {
+        "a": iter([1.0] * 2 + [0.009, 0.008, 0.010, 0.002, 0.001, 0.003]),
+        "b": iter([1.0] * 2 + [0.004] * 3 + [0.003] * 3),
+    }
 
-    class Session:
-        def run(self, outputs, feed):
-            runs.append(feed)
-            now[0] += next(durations)
+    def call(name):
+        def run():
+            order.append(name)
+            now[0] += next(durations[name])
+
+        return run
 
     monkeypatch.setattr(standalone_latency, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    median_ms = standalone_latency.plain_loop(Session(), {"x": 1}, warmup=3, calls=5)
-    assert median_ms == pytest.approx(2.0)  # median of the 5, in ms
-    assert len(runs) == 8
+    figures = standalone_latency.best_of_repeats([call("a"), call("b")], warmup=2, calls=3, repeats=2)
+    assert figures == pytest.approx([2.0, 3.0])  # each model's least repeat median, in ms
+    assert order == list("aabb" + "aaabbb" * 2)  # warm-ups, then the models take their repeats in turn
     monkeypatch.undo()
     model = export_onnx(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3)), (1, 1, 8, 8))
-    assert standalone_latency.measure(model, 2, 10) > 0
+    (ms,) = standalone_latency.Loop(warmup=2, calls=10, repeats=2).figures([standalone_latency.onnxruntime_call(model)])
+    assert ms > 0
     rows = [{"predicted_ms": p, "measured_ms": 1.0} for p in (1.05, 0.92, 1.2, 0.7)]
     assert standalone_latency.share_within(rows) == 50.0 and standalone_latency.share_within([]) is None
     again = [{"measured_ms": 1.0, "retest_ms": r} for r in (1.05, 0.95, 1.3, 0.5)]  # two within ±10% of the first
