@@ -188,6 +188,8 @@ def train_from_scratch(recipe: Recipe, run: ScratchRun, data: DataBundle, desc: 
     with session.opened(True, load):
         for epoch in range(session.pos.epoch, run.epochs):
             session.run_epoch(epoch, f"{desc} {epoch + 1}/{run.epochs}", partial(step, epoch))
+            session.tick()
+            session.metrics.write({"kind": "epoch", "epoch": epoch + 1, **session.epoch_figures()})
             session.next_epoch()
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "meta": {"scratch": identity}}
             session.save({**state, "space": recipe.space.to_dict()})

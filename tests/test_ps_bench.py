@@ -15,6 +15,7 @@ from helpers import TINY_RECIPE
 from bench import ps_ablation, ps_vs_scratch, run_all
 from bench import ps_rules as rules
 from bench.ps_runs import ScratchRun
+from ofa.train import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 # Smaller runs of the tiny recipe: fewer images, no augmentation, a one-epoch full phase, one calibration batch;
@@ -44,7 +45,7 @@ def _factor(lr: float) -> float:
 def test_bench_decides_on_validation_reports_both_splits_and_reuses_finished_runs(tmp_path, capsys):
     argv = ["--recipe", str(TINY_RECIPE), "--seeds", "0", "1", "--random", "1", "--scratch-epochs", "2"]
     argv += ["--lr-factors", "0.5", "1", "--lr-extensions", "1", "--doublings", "1", "--cache", str(tmp_path)]
-    argv += [f for s in SMALL for f in ("--set", s)]
+    argv += ["--cost-rounds", "1", *[f for s in SMALL for f in ("--set", s)]]
     assert ps_vs_scratch.main([*argv, "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(report["subnets"]) == {"smallest", "middle", "largest", "random_1"}
@@ -66,8 +67,17 @@ def test_bench_decides_on_validation_reports_both_splits_and_reuses_finished_run
     largest, basis = report["subnets"]["largest"]["twin"], report["budget_basis"]
     assert basis["epochs"] == (largest["converged_epochs"] or 4)  # converged, or the longest run: a lower bound
     assert basis["cpu_seconds"] == largest["levels"][str(basis["epochs"])]["cpu_seconds"] > 0
-    assert report["cpu_ratio"] == report["ps_cpu_seconds"] / basis["cpu_seconds"]
-    assert report["within_budget"] == (report["cpu_ratio"] <= 4)
+    assert report["recorded_cpu_ratio"] == report["ps_cpu_seconds"] / basis["cpu_seconds"]
+    # the budget's ratio: both sides' steps timed here, scaled to the runs' step counts
+    cost, recipe = report["cost"], load_recipe(TINY_RECIPE, SMALL)
+    steps = cost["steps_per_epoch"]
+    assert steps == report["train_images"] // recipe.data.batch_size and cost["twin"]["epochs"] == basis["epochs"]
+    assert [(n, c["epochs"]) for n, c in cost["phases"].items()] == [(p.name, p.total_epochs) for p in recipe.phases]
+    assert all(c["cpu_s_per_step"] > 0 for c in cost["phases"].values()) and cost["twin"]["cpu_s_per_step"] > 0
+    ps_cpu = sum(c["epochs"] * steps * c["cpu_s_per_step"] for c in cost["phases"].values())
+    assert report["cpu_ratio"] == cost["ratio"] == pytest.approx(ps_cpu / cost["twin_cpu_seconds"])
+    assert cost["twin_cpu_seconds"] == pytest.approx(basis["epochs"] * steps * cost["twin"]["cpu_s_per_step"])
+    assert report["within_budget"] == (report["cpu_ratio"] <= 4) and len(list(tmp_path.glob("cost-*.json"))) == 1
     # 2 supernets + per twin: its grid (first seed) + the other seed at E + both seeds at 2E
     scratch = sorted(tmp_path.glob("scratch-*.json"))
     assert len(scratch) == sum(len(r["twin"]["grid"]) + 3 for r in report["subnets"].values())
@@ -195,6 +205,8 @@ def test_sides_run_apart_fill_the_cache_of_the_full_report(tmp_path, capsys):
         "--lr-factors",
         "1",
         "--no-convergence",
+        "--cost-rounds",
+        "1",
         "--cache",
         str(tmp_path),
         *(f for s in SMALL for f in ("--set", s)),
@@ -214,7 +226,9 @@ def test_sides_run_apart_fill_the_cache_of_the_full_report(tmp_path, capsys):
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")}
     assert ps_vs_scratch.main([*common, "--subnets", "largest", "smallest", "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")} == stamps  # nothing trained again
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json") if p in stamps} == stamps  # nothing trained again
+    (timed,) = [p for p in tmp_path.rglob("*.json") if p not in stamps]  # the cost ratio, timed on this machine
+    assert timed.name.startswith("cost-") and json.loads(timed.read_text())["ratio"] == report["cpu_ratio"]
     assert list(report["subnets"]) == ["largest", "smallest"] and report["scratch_converged"] is False
     assert ps_vs_scratch.main([*common, "--subnets", "smallest", "--json"]) == 2  # the budget needs the largest
     assert "--subnets" in capsys.readouterr().err

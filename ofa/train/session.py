@@ -87,6 +87,7 @@ class Position:
     epoch_loss: float = 0.0
     epoch_steps: int = 0
     epoch_seconds: float = 0.0
+    epoch_cpu: float = 0.0  # the epoch's CPU seconds (`bench.ps_cost` compares schedules' steps by them)
     elapsed: float = 0.0
     elapsed_cpu: float = 0.0  # this process's CPU seconds: a cost that other load on the machine does not inflate
 
@@ -242,7 +243,7 @@ class TrainingSession:
         """Move the position to the start of the next epoch (of the next phase when ``phase_done``)."""
         p = self.pos
         p.phase, p.epoch = (p.phase + 1, 0) if phase_done else (p.phase, p.epoch + 1)
-        p.step, p.epoch_loss, p.epoch_steps, p.epoch_seconds = 0, 0.0, 0, 0.0
+        p.step, p.epoch_loss, p.epoch_steps, p.epoch_seconds, p.epoch_cpu = 0, 0.0, 0, 0.0, 0.0
 
     def epoch_figures(self) -> dict[str, float]:
         """Step, mean loss, last learning rate, seconds and throughput of the epoch so far."""
@@ -252,6 +253,7 @@ class TrainingSession:
             "loss": p.mean_loss,
             "lr": self.last_lr,
             "seconds": p.epoch_seconds,
+            "cpu_s": p.epoch_cpu,
             "images_per_s": p.epoch_steps * self.global_batch / max(p.epoch_seconds, 1e-9),
         }
 
@@ -261,6 +263,7 @@ class TrainingSession:
         self.pos.elapsed += wall - self._wall
         self.pos.epoch_seconds += wall - self._wall
         self.pos.elapsed_cpu += cpu - self._cpu
+        self.pos.epoch_cpu += cpu - self._cpu
         self._wall, self._cpu = wall, cpu
 
     # ------------------------------------------------------------------ records and resume
@@ -304,7 +307,12 @@ class TrainingSession:
             "epoch": p.epoch,
             "step": p.step,
             "global_step": p.global_step,
-            "epoch_stats": {"loss": p.epoch_loss, "steps": p.epoch_steps, "seconds": p.epoch_seconds},
+            "epoch_stats": {
+                "loss": p.epoch_loss,
+                "steps": p.epoch_steps,
+                "seconds": p.epoch_seconds,
+                "cpu_s": p.epoch_cpu,
+            },
             "scheduler": {"lr": self.last_lr, "phase_step": p.epoch * self.steps_per_epoch + p.step},
             "rng": {"torch": torch.get_rng_state()},
             "metrics_lines": self.metrics.count,
@@ -324,6 +332,7 @@ class TrainingSession:
             epoch_loss=stats["loss"],
             epoch_steps=int(stats["steps"]),
             epoch_seconds=stats["seconds"],
+            epoch_cpu=stats.get("cpu_s", 0.0),  # absent from checkpoints older than the epoch's CPU clock
             elapsed=state["elapsed"],
             elapsed_cpu=state.get("elapsed_cpu", 0.0),  # absent from checkpoints older than the CPU clock
         )
