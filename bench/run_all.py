@@ -275,9 +275,10 @@ BENCHMARKS: dict[str, Benchmark] = {
     "lut_check_proxyless": lut_check_bench(
         "proxyless_ort-cpu_t1_b1.yaml",
         30,
-        [],
-        "OFA-ProxylessNAS w1.3 ONNX Runtime table vs 30 measured whole subnets per resolution (target ≥ 95% "
-        "within ±10%, Spearman ≥ 0.95 per resolution)",
+        ["--time-budget", "2"],
+        "OFA-ProxylessNAS w1.3 ONNX Runtime table vs 30 measured whole subnets per resolution, each timed for up "
+        "to 2 s (at the default 0.5 s their 95% intervals reached ±5.7%, which a Spearman over 30 subnets of "
+        "close latencies cannot see through) (target ≥ 95% within ±10%, Spearman ≥ 0.95 per resolution)",
     ),
     "lut_check_resnet": lut_check_bench(
         "ofa_resnet50_ort-cpu_t1_b1.yaml",

@@ -170,14 +170,16 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
     assert ps_ablation.main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert list(result["schedules"]) == list(ps_ablation.SCHEDULES) and result["full_ladder_done"]
-    one, equal, matched = (result["schedules"][n] for n in ("one_phase", "paper_equal", "paper_compute"))
-    assert [len(s["seeds"]) for s in result["schedules"].values()] == [2, 2, 2, 2]
-    epochs = [sum(int(p.split()[1].split("x")[0]) for p in s["phases"]) for s in (one, equal)]
-    assert epochs == [8, 8] and [p.split()[0] for p in equal["phases"]][::2] == ["kernel", "depth_2", "expand_2"]
+    names = ("one_phase", "one_phase_half", "paper_equal", "paper_compute")
+    one, half, equal, matched = (result["schedules"][n] for n in names)
+    assert [len(s["seeds"]) for s in result["schedules"].values()] == [2] * len(ps_ablation.SCHEDULES)
+    epochs = [sum(int(p.split()[1].split("x")[0]) for p in s["phases"]) for s in (one, half, equal)]
+    assert epochs == [8, 1 + 7 // 2, 8]  # the half schedule: depth 7 // 2 epochs, expand's one kept
+    assert [p.split()[0] for p in equal["phases"]][::2] == ["kernel", "depth_2", "expand_2"]
     assert matched["passes"] == one["passes"] == 23 and equal["passes"] < 23  # compute-matched: the same passes
     assert result["winner_on_val"] == max(result["schedules"], key=lambda n: result["schedules"][n]["mean_val"])
     full_runs = [p for p in cache.glob("ps-*") if "phases:\n- name: full" in (p / "recipe.yaml").read_text()]
-    assert len(full_runs) == 2  # one full network per seed, shared by the four schedules
+    assert len(full_runs) == 2  # one full network per seed, shared by every schedule
     schedules = [p for p in cache.glob("ps-*") if p not in full_runs]
     for run in schedules:  # each starts from its seed's full network: frozen (init) or in-place teacher
         recipe = (run / "recipe.yaml").read_text()
