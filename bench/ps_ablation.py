@@ -125,7 +125,9 @@ class Ablation:
         if (folder / "supernet.pt").is_file():
             return folder / "supernet.pt"
         recipe = recipe_from_dict(self.full_raw(seed, self.full_epochs), f"{self.bench.path} (full network)")
-        path = train(recipe, folder / "rebuilt", resume=True)
+        path = folder / "rebuilt" / "supernet.pt"  # written once the rebuild finished: not trained (or tested) again
+        if not path.is_file():
+            path = train(recipe, folder / "rebuilt", resume=True)
         if not (folder / "rebuilt.json").is_file():
             record = self.full_record(seed, self.full_epochs) or {}
             again = ps_runs.evaluate_supernet(path, recipe, self.largest, self.bench.data)

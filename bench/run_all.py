@@ -272,6 +272,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         "INT8 subnet's calls vary more than a float32 one's: at the default 0.5 s their 95% intervals reached "
         "±6.5%) (target ≥ 90% within ±10%, Spearman ≥ 0.95 per resolution)",
     ),
+    "lut_check_mbv3_openvino_int8": lut_check_bench(
+        "mbv3_openvino-cpu_int8_t1_b1.yaml",
+        50,
+        ["--time-budget", "2"],
+        "an INT8 OpenVINO (CPU plugin, 1 thread) mbv3 table (every timed model quantized by NNCF on synthetic "
+        "batches) vs 50 whole INT8 subnets per resolution, quantized the same way, each timed for up to 2 s "
+        "(target ≥ 90% within ±10%, Spearman ≥ 0.95 per resolution)",
+    ),
     "lut_check_proxyless": lut_check_bench(
         "proxyless_ort-cpu_t1_b1.yaml",
         30,

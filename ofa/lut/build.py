@@ -72,8 +72,9 @@ class TableBuildConfig:
     dtype: Literal["float32", "int8"] = field(
         default="float32",
         metadata={
-            "help": "int8: every timed model (layers, whole subnets) quantized as export does (QDQ U8S8, "
-            "per-channel weights) on synthetic calibration batches; ort-cpu only"
+            "help": "int8: every timed model (layers, whole subnets) quantized as export does on synthetic "
+            "calibration batches (ort-cpu: QDQ U8S8, per-channel weights; openvino-cpu: NNCF; "
+            "executorch-xnnpack: XNNPACK's quantizer)"
         },
     )
     protocol: Protocol = field(default_factory=Standalone)
