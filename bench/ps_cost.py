@@ -18,15 +18,15 @@ recipe, twin and CPU in the bench's cache (``cost-KEY.json``), so a report on an
 from __future__ import annotations
 
 import itertools
-import json
 import statistics
 import tempfile
 from pathlib import Path
 
 from bench import ps_runs
-from ofa.data.datasets import build_data
+from ofa.data.datasets import DataBundle, build_data
 from ofa.families.family import Arch
 from ofa.train import train
+from ofa.train.plots import read_metrics
 from ofa.train.recipe import Recipe, recipe_from_dict
 from ofa.utils.machine import cpu_name
 
@@ -48,8 +48,7 @@ def slice_recipe(recipe: Recipe, steps: int) -> Recipe:
 def _step_cpu(metrics: Path) -> list[tuple[str | None, float]]:
     """(phase, CPU seconds per step) of each timed epoch in a run's ``metrics.jsonl``: each phase's (or the
     run's) second epoch, its steps counted from the epoch row before it."""
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    epochs = [r for r in rows if r.get("kind") == "epoch"]
+    epochs = [r for r in read_metrics(metrics) if r.get("kind") == "epoch"]
     return [
         (r.get("phase"), r["cpu_s"] / (r["step"] - before["step"]))
         for before, r in itertools.pairwise(epochs)
@@ -57,17 +56,16 @@ def _step_cpu(metrics: Path) -> list[tuple[str | None, float]]:
     ]
 
 
-def ps_step_cpu(recipe: Recipe, steps: int, folder: Path) -> dict[str, float]:
-    """CPU seconds per training step of each phase of ``recipe``, from one slice trained into ``folder``."""
-    train(slice_recipe(recipe, steps), folder)
+def ps_step_cpu(sliced: Recipe, folder: Path) -> dict[str, float]:
+    """CPU seconds per training step of each phase of a `slice_recipe`, trained into ``folder``."""
+    train(sliced, folder)
     return dict(_step_cpu(folder / "metrics.jsonl"))
 
 
-def twin_step_cpu(recipe: Recipe, arch: Arch, lr: float, steps: int, folder: Path) -> float:
-    """CPU seconds per training step of ``arch`` trained alone, from one slice trained into ``folder``."""
-    sliced = slice_recipe(recipe, steps)
+def twin_step_cpu(sliced: Recipe, data: DataBundle, arch: Arch, lr: float, folder: Path) -> float:
+    """CPU seconds per training step of ``arch`` trained alone on a `slice_recipe`'s ``data``, into ``folder``."""
     run = ps_runs.ScratchRun(arch, lr, SLICE_EPOCHS, seed=0)
-    ps_runs.train_from_scratch(sliced, run, build_data(sliced.data), "cost slice, twin", folder)
+    ps_runs.train_from_scratch(sliced, run, data, "cost slice, twin", folder)
     ((_, per_step),) = _step_cpu(folder / "metrics.jsonl")
     return per_step
 
@@ -76,13 +74,15 @@ def measure(recipe: Recipe, twin: tuple[Arch, float, int], steps_per_epoch: int,
     """The cost ratio of ``recipe``'s run to ``twin`` (arch, lr, epochs), measured here; see the module doc."""
     arch, lr, twin_epochs = twin
     steps = min(STEPS, steps_per_epoch)  # a slice of no more batches than the run has
+    sliced = slice_recipe(recipe, steps)
+    data = build_data(sliced.data)  # the twin's slices share one (a PS slice's `train` builds its own)
     ps_rounds: list[dict[str, float]] = []
     twin_rounds: list[float] = []
     with tempfile.TemporaryDirectory(prefix="ps-cost-") as tmp:
         for i in range(rounds):
             sides = [
-                lambda i=i: ps_rounds.append(ps_step_cpu(recipe, steps, Path(tmp) / f"ps-{i}")),
-                lambda i=i: twin_rounds.append(twin_step_cpu(recipe, arch, lr, steps, Path(tmp) / f"twin-{i}")),
+                lambda i=i: ps_rounds.append(ps_step_cpu(sliced, Path(tmp) / f"ps-{i}")),
+                lambda i=i: twin_rounds.append(twin_step_cpu(sliced, data, arch, lr, Path(tmp) / f"twin-{i}")),
             ]
             for side in sides if i % 2 == 0 else sides[::-1]:
                 side()
