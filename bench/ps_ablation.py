@@ -15,13 +15,16 @@ every schedule starts from that supernet (``init.supernet``), so the schedules d
 The full network is judged converged by the twins' rule: its ladder (recipe's full epochs, 2x, ...,
 every seed) stops at the first doubling whose validation gain is not above max(0.3, 2 x SE). Each
 schedule is evaluated on the 8 subnets of `bench.ps_vs_scratch` (validation and test) and compared
-with their best twins from its cache where those are decided; the schedule with the best mean
-validation top-1 over the 8 subnets wins. A run prints the tables; ``--render`` runs nothing and
+with their best twins from its cache where those are decided. Each schedule's cost, its full network and
+its phases against the largest twin at its converged epoch count, is timed on this machine by
+`bench.ps_cost` (``--cost``, which trains nothing: run it on quiet cores once the twins are decided). The
+schedule to ship has the best mean validation top-1 over the 8 subnets among those within the 4x budget;
+the best regardless of cost is shown beside it. A run prints the tables; ``--render`` runs nothing and
 writes them into ``docs/progressive_shrinking.md`` between their markers from the cached runs, never
 from typed figures.
 
     python -m bench.ps_ablation [--recipe fashion] [--seeds 0 1] [--scratch-epochs 20] [--set K=V ...]
-        [--full-doublings 3] [--worker i/n] [--threads 1] [--plan] [--render] [--json]
+        [--full-doublings 3] [--worker i/n] [--threads 1] [--plan] [--cost] [--render] [--json]
 """
 
 from __future__ import annotations
@@ -37,13 +40,14 @@ from typing import Any
 
 import torch
 
+from bench import ps_cost, ps_runs
 from bench import ps_rules as rules
-from bench import ps_runs
 from bench import ps_vs_scratch as ps
 from bench.common import DATA, ROOT
 from bench.ps_jobs import Job, Plan, parse_worker, plan_text, work
+from ofa.families.family import Arch
 from ofa.train import train
-from ofa.train.recipe import recipe_from_dict
+from ofa.train.recipe import Recipe, recipe_from_dict
 from ofa.utils.errors import OFAError
 from ofa.utils.io import read_json, write_json, write_text
 from ofa.utils.machine import cpu_name
@@ -184,6 +188,23 @@ class Ablation:
             run,
         )
 
+    # -------------------------------------------------------------- the cost budget
+    def cost_recipe(self, name: str) -> Recipe:
+        """The full phase and the schedule's phases as one recipe, with the schedule's kind of teacher (a frozen
+        full network, which costs what the recipe's teacher costs, or in place): what `bench.ps_cost` slices."""
+        distill = self.raw["distill"]
+        if name.endswith("inplace"):
+            distill = {**distill, "teacher": "inplace", "teacher_phase": None}
+        raw = {**self.raw, "phases": [self.raw["phases"][0], *self.phases(name)], "distill": distill}
+        return recipe_from_dict(raw, f"{self.bench.path} ({name}, its cost)")
+
+    def cost(self, name: str, twin: tuple[Arch, float, int], measure: bool) -> dict[str, Any] | None:
+        """The schedule's cost ratio to the largest twin (arch, lr, converged epochs), `bench.ps_cost` on this
+        machine: measured where ``measure`` and it is not cached yet, else as cached (None: not measured)."""
+        steps = len(self.bench.data.train) // self.bench.recipe.data.batch_size
+        args = (self.cache, self.cost_recipe(name), twin, steps, self.cfg.cost_rounds)
+        return ps_cost.cached_measure(*args) if measure else ps_runs.read_cached(ps_cost.cost_path(*args))
+
 
 def paper_phases(space: Any, total: int, lr: float) -> list[dict[str, Any]]:
     """The paper's phases for ``space`` over ``total`` epochs; the kernel phase at ``lr``, the others at the
@@ -240,8 +261,9 @@ def _mean(values: list[float]) -> float | None:
     return statistics.mean(values) if values else None
 
 
-def report(a: Ablation) -> dict[str, Any]:
-    """What is cached: the full network's ladder, each schedule's seed means and, where decided, the twins' bars."""
+def report(a: Ablation, measure_cost: bool = False) -> dict[str, Any]:
+    """What is cached: the full network's ladder, each schedule's seed means and, where decided, the twins' bars
+    and each schedule's cost ratio (measured here first where ``measure_cost``)."""
     state, records = a.full_ladder()
     full = {
         str(e): {
@@ -253,6 +275,8 @@ def report(a: Ablation) -> dict[str, Any]:
         if by_seed
     }
     twins = {n: ps.twin_state(a.bench, n, arch).summary for n, arch in a.bench.subnets.items()}
+    largest = twins["largest"]
+    cost_twin = (a.bench.subnets["largest"], largest["lr"], ps.budget_basis(largest)["epochs"]) if largest else None
     schedules = {}
     for name in SCHEDULES:
         runs = [r for s in a.cfg.seeds if (r := a.schedule_record(name, s)) is not None]
@@ -263,6 +287,8 @@ def report(a: Ablation) -> dict[str, Any]:
             ],
             "passes": a.schedule_job(name, a.cfg.seeds[0]).passes,
         }
+        cost = a.cost(name, cost_twin, measure_cost) if cost_twin else None
+        shape["cost_ratio"] = cost["ratio"] if cost else None
         if not runs:  # not run yet: its phases only
             schedules[name] = shape
             continue
@@ -280,6 +306,9 @@ def report(a: Ablation) -> dict[str, Any]:
             row["min_delta_test"] = min(v["test_top1"] - twins[n]["bar_test"] for n, v in row["subnets"].items())
         schedules[name] = row
     complete = {n: r for n, r in schedules.items() if len(r["seeds"]) == len(a.cfg.seeds)}  # every seed run
+    every = len(complete) == len(SCHEDULES)
+    costed = every and all(r["cost_ratio"] is not None for r in complete.values())
+    within = {n: r for n, r in complete.items() if costed and r["cost_ratio"] <= rules.BUDGET_RATIO}
     return {
         "recipe": str(a.bench.path),
         "seeds": list(a.cfg.seeds),
@@ -289,9 +318,10 @@ def report(a: Ablation) -> dict[str, Any]:
         "full_converged_epochs": state.converged_epochs,
         "full_ladder_done": state.done,
         "schedules": schedules,
-        "winner_on_val": max(complete, key=lambda n: complete[n]["mean_val"])
-        if len(complete) == len(SCHEDULES)
-        else None,
+        "winner_on_val": max(complete, key=lambda n: complete[n]["mean_val"]) if every else None,
+        "costs_measured": costed,
+        "budget_ratio": rules.BUDGET_RATIO,
+        "winner_in_budget": max(within, key=lambda n: within[n]["mean_val"]) if within else None,
     }
 
 
@@ -324,20 +354,30 @@ def render(r: dict[str, Any]) -> str:
     head = " | ".join(f"{n} val / test" for n in SHOWN)
     lines += [
         "| schedule | what | phases (epochs × subnets/step) | passes/image | CPU s (full + schedule), as recorded | "
+        f"cost ratio to the largest twin, measured here (budget {r['budget_ratio']:g}×) | "
         f"seeds | mean val of the 8 | {head} | "
         "worst test Δ vs best twin |",
-        "|---|---|---|---|---|---|---|" + "---|" * len(SHOWN) + "---|",
+        "|---|---|---|---|---|---|---|---|" + "---|" * len(SHOWN) + "---|",
     ]
     for name, s in r["schedules"].items():
         what = f"| {name} | {SCHEDULES[name]} | {', '.join(s['phases'])} | {s['passes']} |"
+        cost = "not measured" if s["cost_ratio"] is None else f"{s['cost_ratio']:.2f}"
         if not s["seeds"]:
-            lines.append(f"{what} not run | 0 |" + " |" * (len(SHOWN) + 2))
+            lines.append(f"{what} not run | {cost} | 0 |" + " |" * (len(SHOWN) + 2))
             continue
         delta = f"{s['min_delta_test']:+.2f}" if "min_delta_test" in s else "twins pending"
         cells = " | ".join(_vt(s["subnets"][n]) for n in SHOWN)
-        lines.append(f"{what} {s['cpu_seconds']:.0f} | {len(s['seeds'])} | {s['mean_val']:.2f} | {cells} | {delta} |")
-    winner = r["winner_on_val"]
-    lines += ["", f"Best on validation (mean of the 8 subnets): {winner or 'not every schedule has every seed yet'}."]
+        lines.append(
+            f"{what} {s['cpu_seconds']:.0f} | {cost} | {len(s['seeds'])} | {s['mean_val']:.2f} | {cells} | {delta} |"
+        )
+    if not r["winner_on_val"]:
+        verdict = "not every schedule has every seed yet"
+    else:
+        in_budget = r["winner_in_budget"] or "none"
+        verdict = f"{r['winner_on_val']}; within the {r['budget_ratio']:g}× budget, the one to ship: " + (
+            in_budget if r["costs_measured"] else "not every cost measured yet (`--cost`)"
+        )
+    lines += ["", f"Best on validation (mean of the 8 subnets): {verdict}."]
     return "\n".join(lines)
 
 
@@ -418,6 +458,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, help="torch threads of this process")
     p.add_argument("--plan", action="store_true", help="print the pending runs and what waits, run nothing")
     p.add_argument("--render", action="store_true", help="run nothing: write the tables into the docs from the cache")
+    p.add_argument(
+        "--cost",
+        action="store_true",
+        help="train nothing: time each finished schedule's cost ratio here (bench.ps_cost; pause other work)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     a = p.parse_args(argv)
     if len(set(a.seeds)) != len(a.seeds) or len(a.seeds) < rules.MIN_SEEDS or a.full_doublings < 0:
@@ -445,10 +490,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.plan:
             print("\n".join(plan_text(plan(ablation), claims)))
             return 0
-        if not a.render:  # a run prints its tables; only --render writes them into the docs
+        if not (a.render or a.cost):  # a run prints its tables; only --render writes them into the docs
             cfg.cache.mkdir(parents=True, exist_ok=True)
             work(partial(plan, ablation), claims, *worker)
-        result = report(ablation)
+        result = report(ablation, measure_cost=a.cost)
         if a.render:
             write_doc(result)
     except OFAError as exc:

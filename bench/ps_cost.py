@@ -109,12 +109,20 @@ def measure(recipe: Recipe, twin: tuple[Arch, float, int], steps_per_epoch: int,
     }
 
 
-def cached_measure(
+def cost_path(
     cache: Path, recipe: Recipe, twin: tuple[Arch, float, int], steps_per_epoch: int, rounds: int = ROUNDS
-) -> dict:
-    """`measure`, kept in ``cache`` per recipe, twin, rounds and CPU."""
+) -> Path:
+    """Where `cached_measure` keeps its measurement: per recipe, twin, rounds and CPU."""
     arch, lr, epochs = twin
     key = ps_runs.digest(
         [recipe.training_dict(), arch.to_dict(), lr, epochs, steps_per_epoch, STEPS, rounds, cpu_name()]
     )
-    return ps_runs.cached(cache / f"cost-{key}.json", lambda: measure(recipe, twin, steps_per_epoch, rounds))
+    return cache / f"cost-{key}.json"
+
+
+def cached_measure(
+    cache: Path, recipe: Recipe, twin: tuple[Arch, float, int], steps_per_epoch: int, rounds: int = ROUNDS
+) -> dict:
+    """`measure`, kept in ``cache`` (`cost_path`)."""
+    path = cost_path(cache, recipe, twin, steps_per_epoch, rounds)
+    return ps_runs.cached(path, lambda: measure(recipe, twin, steps_per_epoch, rounds))

@@ -18,10 +18,12 @@ import pytest
 import torch
 
 from ofa.families.mbv3.space import SearchSpace, StageSpec
+from ofa.lut.layer_models import layer_specs
 from ofa.lut.timing import Standalone
 from ofa.runtime import runtimes
 from ofa.train.bn import resize
 from ofa.train.checkpoint import CheckpointStore
+from search.latency import LatencyTable
 
 TINY_RECIPE = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"  # a few-second synthetic recipe
 
@@ -128,3 +130,25 @@ def onnx_top1(path: str | Path, images: torch.utils.data.Dataset) -> float:
         logits = session.run(None, {spec.name: resize(x[None].float(), spec.shape[-1]).numpy()})[0]
         correct += int(logits[0].argmax() == int(y))
     return 100.0 * correct / len(images)
+
+
+def synthetic_table(
+    space: SearchSpace,
+    *,
+    dtype: str | None = None,
+    batch: int = 1,
+    backend: str = "ort-cpu",
+    protocol: dict | None = None,
+) -> LatencyTable:
+    """A latency table for ``space`` with made-up entries (a MAC-proportional cost), for tests whose subject is
+    not the timing; ``dtype`` None: a table from before INT8 (float32); ``protocol``: `FAST` unless given."""
+    entries = {
+        spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.0, "count": 1}
+        for r in space.resolutions
+        for spec in layer_specs(space, r)
+    }
+    meta = {"device": "test-cpu", "backend": backend, "threads": 1, "batch": batch, "overhead_ms": 0.02}
+    meta.update(space=space.to_dict(), space_fingerprint=space.fingerprint(), protocol=protocol or FAST.to_dict())
+    if dtype:
+        meta["dtype"] = dtype
+    return LatencyTable(meta, entries, source="synthetic.yaml")

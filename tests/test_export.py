@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from helpers import known_call_ms, perturb, tiny_space
+from helpers import known_call_ms, perturb, synthetic_table, tiny_space
 from torch.utils.data import TensorDataset
 
 from ofa import OFAMobileNetV3, load_subnet, recalibrate_bn
@@ -20,7 +20,6 @@ from ofa.data.loaders import make_loader
 from ofa.export.export import ExportConfig, export_subnet
 from ofa.export.verify import ParityError, check_parity, parity_tolerance
 from ofa.families.mbv3.encoding import sample_arch
-from ofa.lut.layer_models import layer_specs
 from ofa.runtime.convert import read_metadata
 from ofa.runtime.runtimes import OrtModel
 from ofa.utils.io import file_sha256
@@ -349,33 +348,15 @@ def test_the_arch_is_checked_once_at_the_entry(net, ckpt, tmp_path, monkeypatch)
     assert checked.count(arch) == 1
 
 
-def synthetic_table(space, batch: int = 1, backend: str = "ort-cpu"):
-    """A latency table for ``space`` with made-up entries (a MAC-proportional cost) and a short protocol."""
-    from search.latency import LatencyTable
-
-    entries = {
-        spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.0, "count": 1}
-        for r in space.resolutions
-        for spec in layer_specs(space, r)
-    }
-    meta = {
-        "device": "test-cpu",
-        "backend": backend,
-        "threads": 1,
-        "batch": batch,
-        "overhead_ms": 0.02,
-        "space": space.to_dict(),
-        "space_fingerprint": space.fingerprint(),
-        "protocol": {"warmup": 2, "rounds": 5, "calls": 2, "trim": 0.0},
-    }
-    return LatencyTable(meta, entries, source="synthetic.yaml")
+INTERLEAVED = {"warmup": 2, "rounds": 5, "calls": 2, "trim": 0.0}  # an older table's protocol
 
 
 def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path, capsys, monkeypatch):
     from search.latency import save_table
 
     known_call_ms(monkeypatch, 10.0)  # the calls run, the clocks read 10 ms: 15 blocks, each of 3 calls
-    table = synthetic_table(net.space, batch=2)
+    # a table whose protocol (interleaved rounds) the export does not repeat: it measures as a user would
+    table = synthetic_table(net.space, batch=2, protocol=INTERLEAVED)
     arch = sample_arch(net.space, 9)
     r = export_subnet(net, arch, ExportConfig(tmp_path / "m.onnx"), table=table)
     assert r.predicted_latency_ms == pytest.approx(table.predict(arch))
@@ -427,12 +408,12 @@ def test_latency_table_prediction_and_measurement(net, ckpt_with_data, tmp_path,
     assert read_metadata(tmp_path / "c.int8.onnx")["precision"].startswith("int8")
 
     # A table of the torch backend times the static PyTorch model (what it predicts), the ONNX file beside it.
-    torch_table = synthetic_table(net.space, backend="torch-cpu")
+    torch_table = synthetic_table(net.space, backend="torch-cpu", protocol=INTERLEAVED)
     r = export_subnet(net, arch, ExportConfig(tmp_path / "t.onnx"), table=torch_table)
     assert r.latency_fp32.source.endswith("q10), torch-cpu") and r.latency_fp32.mean_ms == pytest.approx(10.0)
     assert r.extra["latency"]["fp32 (onnx)"]["source"].endswith("q10), ort-cpu")
 
-    other = synthetic_table(tiny_space(num_classes=7))
+    other = synthetic_table(tiny_space(num_classes=7), protocol=INTERLEAVED)
     with pytest.raises(Exception, match="table was measured for space"):
         export_subnet(net, arch, ExportConfig(tmp_path / "x.onnx"), table=other)
 

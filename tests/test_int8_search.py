@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import FAST, TINY_RECIPE, known_call_ms, perturb, tiny_space
+from helpers import FAST, TINY_RECIPE, known_call_ms, perturb, synthetic_table, tiny_space
 
 from ofa.cli import main
 from ofa.data.datasets import data_from_meta
@@ -50,23 +50,10 @@ def small_space() -> SearchSpace:
     return tiny_space(in_channels=1, num_classes=4, resolutions=(8,), kernels=(3,), expands=(2,), depths=(1,))
 
 
-def synthetic_table(space: SearchSpace, path: Path, dtype: str | None, backend: str = "ort-cpu") -> Path:
-    """A table file of ``space`` with made-up entries; ``dtype`` None: one from before INT8 (float32)."""
-    entries = {
-        spec.key: {"mean_ms": 1e-6 * spec.macs + 0.01, "std_ms": 0.0, "count": 1}
-        for r in space.resolutions
-        for spec in space.fixed_layers(r)
-        + [
-            space.block_spec(r, s, j, k, e)
-            for s in range(space.num_stages)
-            for j in range(space.max_depth)
-            for k in space.kernels
-            for e in space.expands
-        ]
-    }
-    meta = {"backend": backend, "threads": 1, "batch": 1, "overhead_ms": 0.02, "protocol": FAST.to_dict()}
-    meta.update(space=space.to_dict(), space_fingerprint=space.fingerprint(), **({"dtype": dtype} if dtype else {}))
-    return save_table(path, meta, entries)
+def table_file(space: SearchSpace, path: Path, dtype: str | None, backend: str = "ort-cpu") -> Path:
+    """`synthetic_table` written to ``path``; ``dtype`` None: a table from before INT8 (float32)."""
+    table = synthetic_table(space, dtype=dtype, backend=backend)
+    return save_table(path, table.meta, table.entries)
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +133,7 @@ def test_fit_int8_data_on_both_targets_keeps_the_lower_early_stop_error(tmp_path
 )
 def test_search_refuses_the_other_dtype_in_one_line(table_dtype, predictor_dtype, search_dtype, says, tmp_path):
     space = small_space()
-    table = LatencyTable.load(synthetic_table(space, tmp_path / "table.yaml", table_dtype))
+    table = LatencyTable.load(table_file(space, tmp_path / "table.yaml", table_dtype))
     predictor = AccuracyPredictor.load(AccuracyPredictor(space, 8, 1, dtype=predictor_dtype).save(tmp_path / "p.pt"))
     with pytest.raises(OFAError, match=says) as info:
         search_device(space, predictor, table, SearchConfig((5.0,), dtype=search_dtype))
@@ -157,7 +144,7 @@ def test_search_refuses_the_other_dtype_in_one_line(table_dtype, predictor_dtype
 
 def test_search_cli_bad_dtype_is_one_line(supernet, tmp_path, capsys):
     space = small_space()
-    lut = synthetic_table(space, tmp_path / "table.yaml", "int8")
+    lut = table_file(space, tmp_path / "table.yaml", "int8")
     predictor = AccuracyPredictor(space, 8, 1).save(tmp_path / "p.pt")
     argv = ["search", "--supernet", str(supernet), "--predictor", str(predictor), "--lut", str(lut)]
     for extra, says in ((["--dtype", "fp16"], "invalid choice: 'fp16'"), ([], "measured in int8")):
@@ -209,14 +196,14 @@ def test_export_puts_an_int8_tables_prediction_beside_the_measured_int8_latency(
     known_call_ms(monkeypatch, 0.25)
     monkeypatch.setattr(export_module, "measure_latencies", int8_slower)
     space = small_space()
-    lut = synthetic_table(space, tmp_path / "int8.yaml", "int8")
+    lut = table_file(space, tmp_path / "int8.yaml", "int8")
     arch = space.min_arch(8).with_extra({"target_ms": 0.4}).save(tmp_path / "arch.json")
     argv = ["export", "--supernet", str(supernet), "--arch", str(arch), "--lut", str(lut), "--calib-batches", "1"]
     assert main([*argv, "--out", str(tmp_path / "fp32.onnx")]) == 2
     err = [x for x in capsys.readouterr().err.strip().splitlines() if not x.startswith("note:")]  # hand-written arch
     assert len(err) == 1 and "an INT8 latency table predicts the INT8 model's latency: add --int8" in err[0]
     # an OpenVINO INT8 table predicts NNCF's models, not the QDQ model --int8 ships: refused before any work
-    ov = synthetic_table(space, tmp_path / "ov-int8.yaml", "int8", backend="openvino-cpu")
+    ov = table_file(space, tmp_path / "ov-int8.yaml", "int8", backend="openvino-cpu")
     ov_argv = [str(ov) if a == str(lut) else a for a in argv] + ["--int8", "--out", str(tmp_path / "ov.onnx")]
     assert main(ov_argv) == 2
     err = [x for x in capsys.readouterr().err.strip().splitlines() if not x.startswith("note:")]

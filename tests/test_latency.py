@@ -311,6 +311,31 @@ def test_quantile_estimate_holds_on_a_bursty_host_where_the_median_does_not(monk
     assert worst_new <= 0.03 < worst_old
 
 
+def test_blocks_paired_with_one_reference_hold_where_the_host_slows_for_longer_than_a_block(monkeypatch):
+    """`ofa lut check` loads subnets a few at a time. With a reference per block, a block timed inside one busy
+    spell reads slow as a whole; one reference beside every block (`Standalone.reference`) scales them all by one
+    quiet figure over the whole span."""
+    monkeypatch.setattr(timing, "host_steal_ticks", lambda: 0)
+    blocks = [[1.0 + 0.6 * j, 1.3 + 0.6 * j] for j in range(6)]
+    protocol = Standalone(budget_s=5.0, burn_in_s=0.0, span_s=0.0, reference_span_s=0.0)
+    worst = {"shared": 0.0, "per_block": 0.0}
+    for seed in range(3):
+        host = BurstyHost(seed, busy_ms=4000.0, quiet_ms=3000.0)
+        reference = protocol.reference("reference", HostRunner(host, 5.0))
+        for j, block in enumerate(blocks):
+            protocol.measure_against(reference, {f"{j}/{i}": HostRunner(host, ms) for i, ms in enumerate(block)})
+        stats = protocol.finish(reference)
+        errors = [abs(stats[f"{j}/{i}"]["mean_ms"] / ms - 1) for j, b in enumerate(blocks) for i, ms in enumerate(b)]
+        worst["shared"] = max(worst["shared"], *errors)
+        host = BurstyHost(seed, busy_ms=4000.0, quiet_ms=3000.0)
+        for block in blocks:  # each block a timing of its own, with its own reference
+            stats = time_models(
+                {"reference": HostRunner(host, 5.0)} | {str(ms): HostRunner(host, ms) for ms in block}, protocol
+            )
+            worst["per_block"] = max(worst["per_block"], *(abs(stats[str(ms)]["mean_ms"] / ms - 1) for ms in block))
+    assert worst["shared"] <= 0.03 < 0.15 < worst["per_block"], worst
+
+
 def test_paired_estimate_holds_where_bursts_outlast_a_models_blocks(monkeypatch):
     """Busy spells (1.5x) of ~3 s and quiet ones of ~1.5 s, as on a shared Xeon VM here: longer than one model's
     blocks, so a model's own low quantile reads whichever spell its blocks fell in (with a tight interval), while
@@ -682,31 +707,37 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
     assert meta["protocol"]["estimator"] == "paired" and meta["protocol"]["budget_s"] == 0
     assert meta["protocol"]["block_ms"] == 2
     capsys.readouterr()
-    # subnets are loaded and timed in blocks (here of at most 5 models, the probes in each resolution's first),
-    # at known latencies: 8 px subnets at their prediction, 12 px ones at twice it, each 2% slower when timed
-    # again (the retest), the probes 1.25x their figure at the build (the machine drifted)
+    # subnets are loaded and timed in blocks (here of at most 5 models, the probes in each resolution's first)
+    # beside one reference loaded throughout the resolution (the paired estimator), at known latencies: 8 px
+    # subnets at their prediction, 12 px ones at twice it, each 2% slower when loaded again (the retest), the
+    # probes 1.25x their figure at the build (the machine drifted)
     table = LatencyTable.load(table_path)
     built = {a.short(): ms for r in (8, 12) for a, ms in table.probes(r)}
-    timed, seen = [], set()
+    loads, seen = [], set()
 
-    def known_timing(runners, protocol, progress=None):
-        timed.append(len(runners))
-        stats = {}
-        for key, arch in runners.items():
-            if key.startswith("<probe>"):
+    class Known(Runner):
+        def __init__(self, ms: float) -> None:
+            self.ms = ms
+
+        def times(self, calls: int) -> tuple[np.ndarray, np.ndarray]:
+            return np.full(calls, self.ms), np.full(calls, self.ms)
+
+    def known_runners(space, archs, *args):
+        loads.append(len(archs))
+        runners = {}
+        for i, arch in enumerate(archs):
+            if arch.short() in built:
                 ms = 1.25 * built[arch.short()]
             else:
                 again = arch.short() in seen
                 seen.add(arch.short())
                 ms = table.predict(arch) * (2.0 if arch.resolution == 12 else 1.0) * (1.02 if again else 1.0)
-            stats[key] = {"mean_ms": ms, "std_ms": 0.0, "count": 4, "spread_pct": 0.0, "ci_pct": 0.0}
-        return stats
+            runners[f"{i}:{arch.short()}"] = Known(ms)
+        return runners
 
     monkeypatch.setattr(lut_check, "MAX_LOADED", 5)
-    monkeypatch.setattr(
-        lut_check, "subnet_runners", lambda sp, archs, *a: {f"{i}:{x.short()}": x for i, x in enumerate(archs)}
-    )
-    monkeypatch.setattr(lut_check, "time_models", known_timing)
+    monkeypatch.setattr(lut_check, "subnet_runners", known_runners)
+    monkeypatch.setattr(Standalone, "_burn_in", lambda self, runners: None)  # no second of untimed calls
     assert (
         main(
             [
@@ -729,7 +760,8 @@ def test_cli_build_then_check(tmp_path, capsys, monkeypatch):
         )
         == 0
     )
-    assert timed == [2 + lut_build.PROBES, 2, 2] * 2  # first block, second block, first block again (retest)
+    # the reference, the first block and its probes, the second block, the first block again (the retest)
+    assert loads == [1, 2, lut_build.PROBES, 2, 2] * 2
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 8 and set(summary["per_resolution"]) == {"8", "12"}
     per = summary["per_resolution"]

@@ -104,7 +104,8 @@ def test_check_judges_int8_subnets(built, tmp_path, monkeypatch, capsys):
     assert main([*argv, "--dtype", "int8", "--out", str(tmp_path / "check")]) == 0  # agreeing with the table
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["dtype"] == "int8" and summary["n"] == 1
-    assert len(dtypes) == 1 + 3 + 1 and set(dtypes) == {"int8"}  # the subnet, the probes, the retest
+    # the paired reference, the subnet, the probes, the retest: every one quantized whole
+    assert len(dtypes) == 1 + 1 + 3 + 1 and set(dtypes) == {"int8"}
     assert main([*argv, "--dtype", "float32"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--dtype float32" in err[0] and "measured in int8" in err[0]

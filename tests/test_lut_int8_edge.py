@@ -84,7 +84,7 @@ def test_openvino_check_judges_whole_int8_subnets(built, monkeypatch):
     monkeypatch.setattr(openvino_backend, "quantize", lambda m, b: quantized.append(b[0].shape) or real(m, b))
     result = check_table(built.table, CheckConfig(n=1, repeats=2, dtype="int8", max_noise_pct=1e6, progress=False))
     assert result.summary["dtype"] == "int8" and result.summary["n"] == 1
-    assert len(quantized) == 1 + 3 + 1  # the subnet, the drift probes, the retest: each quantized whole
+    assert len(quantized) == 1 + 1 + 3 + 1  # the paired reference, the subnet, the drift probes, the retest: each whole
 
 
 def test_openvino_int8_pack_writes_nncf_quantized_irs(tmp_path):

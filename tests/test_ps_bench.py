@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import TINY_RECIPE
 
-from bench import ps_ablation, ps_vs_scratch, run_all
+from bench import ps_ablation, ps_cost, ps_vs_scratch, run_all
 from bench import ps_rules as rules
 from bench.ps_runs import ScratchRun
 from ofa.train import load_recipe
@@ -198,6 +198,30 @@ def test_ablation_trains_the_full_network_once_per_seed_and_every_schedule_from_
     assert ablation.full_supernet(0) == folder / "rebuilt" / "supernet.pt"
     rebuilt = json.loads((folder / "rebuilt.json").read_text())
     assert rebuilt["rebuilt"] == rebuilt["recorded"] and rebuilt["recorded"]["val_top1"]["largest"] is not None
+
+    # Once the twins are decided, --cost times each schedule (full network + its phases) and the one to ship is
+    # the best on validation within the budget. Here: twins decided by hand, a cost of one per 6 subnet passes.
+    decided = {"lr": 0.1, "converged_epochs": 4, "levels": {"4": {"seconds": 1, "cpu_seconds": 1}}, "bar_test": 0}
+    monkeypatch.setattr(ps_vs_scratch, "twin_state", lambda b, n, arch: ps_vs_scratch.TwinState((), None, decided))
+    timed = []
+
+    def measure(recipe, twin, steps, rounds):
+        timed.append(recipe.phases[0].name)
+        return {"ratio": sum(p.total_epochs * p.subnets_per_step for p in recipe.phases) / 6}
+
+    monkeypatch.setattr(ps_cost, "measure", measure)
+    assert ps_ablation.main([*argv, "--render"]) == 0  # reads costs, measures none
+    assert not timed and "not every cost measured yet" in (tmp_path / "page.md").read_text()
+    capsys.readouterr()
+    assert ps_ablation.main([*argv, "--cost"]) == 0
+    costed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert timed == ["full"] * len(ps_ablation.SCHEDULES) and costed["costs_measured"]
+    ratios = {n: s["cost_ratio"] for n, s in costed["schedules"].items()}
+    within = [n for n, r in ratios.items() if r <= rules.BUDGET_RATIO]
+    assert 0 < len(within) < len(ratios), ratios  # the budget decides here
+    assert costed["winner_in_budget"] == max(within, key=lambda n: costed["schedules"][n]["mean_val"])
+    assert ps_ablation.main([*argv, "--render"]) == 0 and len(timed) == len(ps_ablation.SCHEDULES)  # cached
+    assert f"the one to ship: {costed['winner_in_budget']}." in (tmp_path / "page.md").read_text()
 
 
 def test_sides_run_apart_fill_the_cache_of_the_full_report(tmp_path, capsys):

@@ -11,7 +11,11 @@ its last one, and ``noise_pct`` is the median difference between the two timings
 95% interval, ``ci_pct``, beside it).
 
 Memory stays bounded for any number of subnets: they are loaded and timed in blocks of at most
-``MAX_LOADED`` models, and each block's sessions are released before the next is built.
+``MAX_LOADED`` models, and each block's sessions are released before the next is built. With the paired
+estimator (the default), one reference, the resolution's largest subnet, stays loaded beside every block of
+the resolution and scales them all by one low quantile over the whole span, as one timing scales all of a
+table's models: with a reference per block, a host that slowed down for minutes moved whole blocks (an
+OpenVINO INT8 check here read every block after the first slower than the first).
 
 On a shared machine the speed of the whole machine drifts between the build and the check (other
 processes compete for cache and memory bandwidth). The table's drift probes, fixed subnets timed with the
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -50,8 +54,8 @@ from search.latency import LatencyTable, space_from_arg
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-# Models loaded at once, a resolution's probes included: bounds the memory for any --n. Sized for mbv3
-# subnets at 224 px in a process that stays under 2 GB with torch and onnxruntime loaded.
+# Models loaded at once, a resolution's probes included (its paired reference aside): bounds the memory for
+# any --n. Sized for mbv3 subnets at 224 px in a process that stays under 2 GB with torch and onnxruntime loaded.
 MAX_LOADED = 8
 
 
@@ -207,6 +211,42 @@ def _time_block(
     return [stats[k] for k in runners], [stats[f"<probe>{k}"] for k in probe_runners]
 
 
+def _time_shared(
+    table: LatencyTable,
+    blocks: Sequence[Sequence[Arch]],
+    probes: Sequence[Arch],
+    protocol: Standalone,
+    advance: Callable[[int], Any],
+) -> tuple[list[Stats], list[Stats], list[Stats]]:
+    """The blocks of one resolution (probes in the first) each loaded in turn and paired with one reference, the
+    resolution's largest subnet, loaded throughout: one low quantile of it over the whole span scales them all,
+    as one timing scales a table's models, so a host that slows down for minutes moves no block alone. The first
+    block is loaded and timed again after the last against the same reference (the retest): (subnet, probe,
+    retest) stats."""
+    meta, space = table.meta, table.space
+
+    def load(archs: Sequence[Arch]) -> dict[str, Any]:
+        return subnet_runners(space, archs, meta["backend"], meta["batch"], meta["threads"], table.dtype)
+
+    largest = space.max_arch(blocks[0][0].resolution)
+    reference = protocol.reference("<reference>", next(iter(load([largest]).values())))
+    names: list[list[str]] = []
+    for j, archs in enumerate(blocks):
+        runners = {f"{j}/{k}": v for k, v in load(archs).items()}
+        names.append(list(runners))
+        if j == 0:
+            runners |= {f"<probe>{k}": v for k, v in load(probes).items()}
+        protocol.measure_against(reference, runners)
+        del runners  # released before the next block is loaded
+        advance(len(archs))
+    retest = {f"retest/{k}": v for k, v in load(blocks[0]).items()}
+    protocol.measure_against(reference, retest)
+    advance(len(blocks[0]))
+    stats = protocol.finish(reference)
+    probes_stats = [stats[k] for k in stats if k.startswith("<probe>")]
+    return [stats[k] for block in names for k in block], probes_stats, [stats[k] for k in retest]
+
+
 def _measure(
     table: LatencyTable, archs: Sequence[Arch], resolutions: Sequence[int], protocol: Protocol, progress: bool
 ) -> tuple[list[Stats], dict[int, dict[str, float]]]:
@@ -214,30 +254,40 @@ def _measure(
 
     Drift: the probes (timed in each resolution's first block) now / at build time. Noise: that first
     block's subnets timed again after the resolution's last block (test-retest, median |difference| %),
-    and the widest 95% interval of the estimator among them.
+    and the widest 95% interval of the estimator among them. With the paired estimator, a resolution's blocks
+    and the retest share one reference (`_time_shared`): the retest is timed as the subnets were.
     """
     probes = {r: table.probes(r) for r in resolutions}
     plan = {r: _blocks([i for i, a in enumerate(archs) if a.resolution == r], len(probes[r])) for r in resolutions}
+    shared = isinstance(protocol, Standalone) and protocol.estimator == "paired"
     measured: dict[int, Stats] = {}
     per_res: dict[int, dict[str, float]] = {}
-    blocks = sum(len(b) + 1 for b in plan.values())
-    with tqdm(total=blocks, desc=f"time {len(archs)} subnets in {blocks} block(s)", disable=not progress) as bar:
-        for r, (first, *rest) in plan.items():
-            stats, probe_stats = _time_block(table, [archs[i] for i in first], [a for a, _ in probes[r]], protocol)
-            bar.update(1)
-            measured.update(zip(first, stats))
-            for block in rest:
-                measured.update(zip(block, _time_block(table, [archs[i] for i in block], [], protocol)[0]))
-                bar.update(1)
-            retest, _ = _time_block(table, [archs[i] for i in first], [], replace(protocol, seed=protocol.seed + 1))
-            bar.update(1)
+    timings = len(archs) + sum(len(blocks[0]) for blocks in plan.values())  # each subnet, and the retests
+    with tqdm(total=timings, desc=f"time {len(archs)} subnets (and retest some)", disable=not progress) as bar:
+        for r, blocks in plan.items():
+            first, order = blocks[0], [i for block in blocks for i in block]
+            probe_archs = [a for a, _ in probes[r]]
+            if shared:
+                subnets = [[archs[i] for i in block] for block in blocks]
+                stats, probe_stats, retest = _time_shared(table, subnets, probe_archs, protocol, bar.update)
+            else:
+                stats, probe_stats = _time_block(table, [archs[i] for i in first], probe_archs, protocol)
+                bar.update(len(first))
+                for block in blocks[1:]:
+                    stats += _time_block(table, [archs[i] for i in block], [], protocol)[0]
+                    bar.update(len(block))
+                again = replace(protocol, seed=protocol.seed + 1)
+                retest = _time_block(table, [archs[i] for i in first], [], again)[0]
+                bar.update(len(first))
+            measured.update(zip(order, stats))
             ratios = [s["mean_ms"] / then for s, (_, then) in zip(probe_stats, probes[r])]
+            first_stats = stats[: len(first)]
             per_res[r] = {
                 "machine_drift": float(np.median(ratios)) if ratios else 1.0,
                 "noise_pct": float(
-                    np.median([abs(b["mean_ms"] / a["mean_ms"] - 1) * 100 for a, b in zip(stats, retest)])
+                    np.median([abs(b["mean_ms"] / a["mean_ms"] - 1) * 100 for a, b in zip(first_stats, retest)])
                 ),
-                "ci_pct": noise_pct(dict(enumerate(stats)), list(range(len(stats)))),
+                "ci_pct": noise_pct(dict(enumerate(first_stats)), list(range(len(first_stats)))),
             }
     return [measured[i] for i in range(len(archs))], per_res
 

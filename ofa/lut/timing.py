@@ -60,12 +60,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ofa.lut.stats import Stats, block_figure, block_ratio, blocks_stats, host_steal_ticks, quantile_stats, repeat_stats
+from ofa.lut.blocks import Blocks, PairedReference, paired_stats
+from ofa.lut.stats import Stats, block_figure, block_ratio, blocks_stats, host_steal_ticks, quantile_stats
 from ofa.runtime.runtimes import Runner
 from ofa.utils.errors import OFAError
 
@@ -98,23 +99,6 @@ def check_fields(protocol: Any, least: Mapping[str, int], clocks: Sequence[str])
         raise OFAError(
             f"protocol.clock: {protocol.clock!r} is not one of {list(clocks)} for the {protocol.kind} protocol"
         )
-
-
-@dataclass
-class _Blocks:
-    """One model's blocks so far: (figure, counts) each, the seconds spent, the call count of the next one."""
-
-    figures: list[tuple[float, bool]] = field(default_factory=list)
-    seconds: float = 0.0
-    calls: int = 1
-    steal: int = 0  # blocks left out because the host stole CPU time during them
-    started: float | None = None  # perf_counter at the start of the first block
-    span: float = 0.0  # seconds from the start of the first block to the end of the last
-
-    @property
-    def kept(self) -> list[float]:
-        """The figures of the blocks that count."""
-        return [f for f, counts in self.figures if counts]
 
 
 @dataclass(frozen=True)
@@ -229,7 +213,7 @@ class Standalone:
                 block(short[i])
         return {name: blocks_stats(m, self.blocks) for name, m in medians.items()}
 
-    def _block(self, runner: Runner, state: _Blocks) -> None:
+    def _block(self, runner: Runner, state: Blocks) -> None:
         """One time-sized block of ``runner``: warm-up, timed calls, figure; the next block's call count."""
         steal = host_steal_ticks()
         if state.started is None:
@@ -256,7 +240,7 @@ class Standalone:
             if time.perf_counter() >= end:
                 return
 
-    def _spanned(self, state: _Blocks) -> bool:
+    def _spanned(self, state: Blocks) -> bool:
         """Whether a model's blocks span ``span_s``: one timed alone (or among few) would otherwise end inside
         one burst."""
         return state.span >= self.span_s
@@ -265,7 +249,7 @@ class Standalone:
         """Calls that last ``block_ms`` at ``call_ms`` each (at least ``calls``)."""
         return int(min(MAX_CALLS_PER_BLOCK, max(self.calls, math.ceil(self.block_ms / max(call_ms, 1e-6)))))
 
-    def _done(self, state: _Blocks, ratios: list[float] | None = None) -> bool:
+    def _done(self, state: Blocks, ratios: list[float] | None = None) -> bool:
         """Whether a model's timing stops; with ``ratios`` (paired), their median's interval is judged, with no
         span of its own (the reference's blocks span the timing)."""
         kept = state.kept if ratios is None else ratios
@@ -280,9 +264,9 @@ class Standalone:
             return True  # out of time: what was kept stands, with its interval as the noise
         return quantile_stats(kept, self.quantile if ratios is None else 0.5)["ci_pct"] <= self.target_pct
 
-    def _first_blocks(self, runners: Mapping[str, Runner]) -> dict[str, _Blocks]:
+    def _first_blocks(self, runners: Mapping[str, Runner]) -> dict[str, Blocks]:
         """After the burn-in, every model's first block sized from a few calls."""
-        states = {name: _Blocks() for name in runners}
+        states = {name: Blocks() for name in runners}
         self._burn_in(runners)
         for name, runner in runners.items():
             wall = runner.times(max(1, min(self.warmup, 5)))[0]
@@ -309,13 +293,49 @@ class Standalone:
     ) -> dict[str, Stats]:
         """Every model block between two blocks of the reference (the set's longest-call model): the host's
         bursts slow both alike, so their ratio holds still where either figure swings (see module doc)."""
-        rng = np.random.default_rng(self.seed)
         states = self._first_blocks(runners)
-        reference = min(states, key=lambda n: states[n].calls)  # the longest call: the largest working set
-        ref, ref_state = runners[reference], states[reference]
-        ratios: dict[str, list[float]] = {name: [] for name in runners if name != reference}
+        name = min(states, key=lambda n: states[n].calls)  # the longest call: the largest working set
+        reference = PairedReference(name, runners[name], states.pop(name))
+        self._pair(reference, {n: runners[n] for n in states}, states, progress)
+        return self.finish(reference, progress)
+
+    def reference(self, name: str, runner: Runner) -> PairedReference:
+        """A reference for several paired timings in turn (`measure_against` each set, then `finish`): models
+        loaded a few at a time, as `ofa lut check` does, all scaled by one low quantile over the whole span."""
+        return PairedReference(name, runner, self._first_blocks({name: runner})[name])
+
+    def measure_against(
+        self, reference: PairedReference, runners: Mapping[str, Runner], progress: Callable[[int], None] | None = None
+    ) -> None:
+        """Time ``runners`` paired with ``reference``, which keeps their ratios and blocks until `finish`."""
+        self._pair(reference, runners, self._first_blocks(runners), progress)
+
+    def finish(self, reference: PairedReference, progress: Callable[[int], None] | None = None) -> dict[str, Stats]:
+        """The reference's low quantile over all its blocks (timed on alone first where the timing was short) and
+        every model paired with it: its median ratio times that quantile."""
+        timed_s = reference.state.seconds + sum(state.seconds for state in reference.states.values())
+        ref_stats = self._reference_stats(reference.runner, reference.state, timed_s)
+        if progress:
+            progress(1)
+        paired = {
+            n: paired_stats(reference.ratios[n], ref_stats, state, self.quantile)
+            for n, state in reference.states.items()
+        }
+        return {reference.name: ref_stats} | paired
+
+    def _pair(
+        self,
+        reference: PairedReference,
+        runners: Mapping[str, Runner],
+        states: dict[str, Blocks],
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        """Blocks of each model between blocks of the reference until its ratios' interval is within target."""
+        rng = np.random.default_rng(self.seed + len(reference.states))  # a set paired after others: its own order
+        ref, ref_state = reference.runner, reference.state
+        ratios: dict[str, list[float]] = {name: [] for name in runners}
         self._block(ref, ref_state)
-        active = list(ratios)
+        active = list(runners)
         while active:
             for i in rng.permutation(len(active)):
                 name = active[i]
@@ -328,13 +348,10 @@ class Standalone:
             active = [n for n in active if n not in finished]
             if progress and finished:
                 progress(len(finished))
-        ref_stats = self._reference_stats(ref, ref_state, sum(state.seconds for state in states.values()))
-        if progress:
-            progress(1)
-        paired = {n: _paired_stats(r, ref_stats, states[n], self.quantile) for n, r in ratios.items()}
-        return {reference: ref_stats} | paired
+        reference.ratios.update(ratios)
+        reference.states.update(states)
 
-    def _reference_stats(self, ref: Runner, state: _Blocks, timed_s: float) -> Stats:
+    def _reference_stats(self, ref: Runner, state: Blocks, timed_s: float) -> Stats:
         """The reference's low quantile, timed on alone while all the timing so far (``timed_s``) is shorter than
         ``reference_span_s``, then while its interval is wider than ``target_pct`` (``reference_budget_s`` at the
         most): a burst can outlast the others' blocks, and the quiet figure needs blocks from outside it."""
@@ -348,31 +365,9 @@ class Standalone:
             self._block(ref, state)
         return self._stats(state, self.reference_quantile)
 
-    def _stats(self, state: _Blocks, quantile: float | None = None) -> Stats:
+    def _stats(self, state: Blocks, quantile: float | None = None) -> Stats:
         kept, q = state.kept, self.quantile if quantile is None else quantile
         if 2 * len(kept) >= self.blocks:
             return {**quantile_stats(kept, q), "steal_blocks": state.steal}
         everything = quantile_stats([f for f, _ in state.figures], q)  # mostly disturbed: no confidence
         return {**everything, "ci_pct": 100.0, "spread_pct": 100.0, "steal_blocks": state.steal}
-
-
-def _paired_stats(ratios: list[float], ref: Stats, state: _Blocks, quantile: float) -> Stats:
-    """The median ratio times the reference's figure; its interval combines both; the spread is the model's own
-    blocks' (the host's burstiness, a diagnostic). Under 2 ratios (mostly disturbed): its own ``quantile``, measured
-    but with no confidence."""
-    own = state.kept or [f for f, _ in state.figures]
-    if len(ratios) < 2:
-        return {**quantile_stats(own, quantile), "ci_pct": 100.0, "spread_pct": 100.0, "steal_blocks": state.steal}
-    r = quantile_stats(ratios, 0.5)
-    figure = r["mean_ms"] * float(ref["mean_ms"])
-    return {
-        **repeat_stats(own),
-        "mean_ms": figure,
-        "median_ms": float(np.median(own)),
-        "count": len(ratios),
-        "ci_low_ms": r["ci_low_ms"] * float(ref["mean_ms"]),
-        "ci_high_ms": r["ci_high_ms"] * float(ref["mean_ms"]),
-        "ci_pct": math.hypot(r["ci_pct"], float(ref["ci_pct"])),
-        "ratio": r["mean_ms"],
-        "steal_blocks": state.steal,
-    }
