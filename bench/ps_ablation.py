@@ -201,8 +201,7 @@ class Ablation:
     def cost(self, name: str, twin: tuple[Arch, float, int], measure: bool) -> dict[str, Any] | None:
         """The schedule's cost ratio to the largest twin (arch, lr, converged epochs), `bench.ps_cost` on this
         machine: measured where ``measure`` and it is not cached yet, else as cached (None: not measured)."""
-        steps = len(self.bench.data.train) // self.bench.recipe.data.batch_size
-        args = (self.cache, self.cost_recipe(name), twin, steps, self.cfg.cost_rounds)
+        args = (self.cache, self.cost_recipe(name), twin, self.bench.steps_per_epoch, self.cfg.cost_rounds)
         return ps_cost.cached_measure(*args) if measure else ps_runs.read_cached(ps_cost.cost_path(*args))
 
 
@@ -276,7 +275,7 @@ def report(a: Ablation, measure_cost: bool = False) -> dict[str, Any]:
     }
     twins = {n: ps.twin_state(a.bench, n, arch).summary for n, arch in a.bench.subnets.items()}
     largest = twins["largest"]
-    cost_twin = (a.bench.subnets["largest"], largest["lr"], ps.budget_basis(largest)["epochs"]) if largest else None
+    cost_twin = ps.cost_twin(a.bench, largest) if largest else None
     schedules = {}
     for name in SCHEDULES:
         runs = [r for s in a.cfg.seeds if (r := a.schedule_record(name, s)) is not None]

@@ -132,6 +132,11 @@ class Bench:
     def data(self) -> DataBundle:
         return build_data(self.recipe.data)
 
+    @property
+    def steps_per_epoch(self) -> int:
+        """Training steps in one epoch (whole batches)."""
+        return len(self.data.train) // self.recipe.data.batch_size
+
     def seed_recipe(self, seed: int) -> Recipe:
         return dataclasses.replace(self.recipe, seed=seed)
 
@@ -233,7 +238,7 @@ def _cpu_per_epoch(b: Bench) -> dict[str, float]:
 def scratch_job(b: Bench, name: str, run: ScratchRun, rates: dict[str, float]) -> Job:
     desc = f"scratch {name} lr {run.lr:g} {run.epochs} epochs seed {run.seed}"
     rate = rates.get(json.dumps(run.arch.to_dict(), sort_keys=True))
-    per_epoch = len(b.data.train) // b.recipe.data.batch_size * b.recipe.data.batch_size
+    per_epoch = b.steps_per_epoch * b.recipe.data.batch_size
     return Job(
         f"scratch-{run.key(b.recipe)}",
         "scratch",
@@ -323,13 +328,16 @@ def report(b: Bench) -> dict[str, Any]:
     }
 
 
+def cost_twin(b: Bench, largest: dict[str, Any]) -> tuple[Arch, float, int]:
+    """What a cost ratio divides by: the largest twin (its summary) as (arch, lr, converged epoch count)."""
+    return b.subnets["largest"], largest["lr"], budget_basis(largest)["epochs"]
+
+
 def with_cost(b: Bench, r: dict[str, Any]) -> dict[str, Any]:
     """The report with the cost ratio measured on this machine (`bench.ps_cost`): the PS recipe's steps
     against the largest twin's at its converged epoch count (its lr), which decides the budget."""
-    twin = r["subnets"]["largest"]["twin"]
-    steps = len(b.data.train) // b.recipe.data.batch_size
-    largest = (b.subnets["largest"], twin["lr"], r["budget_basis"]["epochs"])
-    cost = ps_cost.cached_measure(b.cfg.cache, b.recipe, largest, steps, b.cfg.cost_rounds)
+    largest = cost_twin(b, r["subnets"]["largest"]["twin"])
+    cost = ps_cost.cached_measure(b.cfg.cache, b.recipe, largest, b.steps_per_epoch, b.cfg.cost_rounds)
     return {**r, "cost": cost, "cpu_ratio": cost["ratio"], "within_budget": cost["ratio"] <= rules.BUDGET_RATIO}
 
 

@@ -200,13 +200,17 @@ def _blocks(items: Sequence[int], probes: int) -> list[Sequence[int]]:
     return [items[:first], *(items[i : i + MAX_LOADED] for i in range(first, len(items), MAX_LOADED))]
 
 
+def _load(table: LatencyTable, archs: Sequence[Arch]) -> dict[str, Any]:
+    """Whole subnets loaded as the table was measured (backend, batch, threads, dtype)."""
+    meta = table.meta
+    return subnet_runners(table.space, archs, meta["backend"], meta["batch"], meta["threads"], table.dtype)
+
+
 def _time_block(
     table: LatencyTable, archs: Sequence[Arch], probes: Sequence[Arch], protocol: Protocol
 ) -> tuple[list[Stats], list[Stats]]:
     """Load one block of subnets with the probes, time them together, release them: (subnet, probe) stats."""
-    meta, space = table.meta, table.space
-    runners = subnet_runners(space, archs, meta["backend"], meta["batch"], meta["threads"], table.dtype)
-    probe_runners = subnet_runners(space, probes, meta["backend"], meta["batch"], meta["threads"], table.dtype)
+    runners, probe_runners = _load(table, archs), _load(table, probes)
     stats = time_models({**runners, **{f"<probe>{k}": v for k, v in probe_runners.items()}}, protocol)
     return [stats[k] for k in runners], [stats[f"<probe>{k}"] for k in probe_runners]
 
@@ -223,23 +227,18 @@ def _time_shared(
     as one timing scales a table's models, so a host that slows down for minutes moves no block alone. The first
     block is loaded and timed again after the last against the same reference (the retest): (subnet, probe,
     retest) stats."""
-    meta, space = table.meta, table.space
-
-    def load(archs: Sequence[Arch]) -> dict[str, Any]:
-        return subnet_runners(space, archs, meta["backend"], meta["batch"], meta["threads"], table.dtype)
-
-    largest = space.max_arch(blocks[0][0].resolution)
-    reference = protocol.reference("<reference>", next(iter(load([largest]).values())))
+    largest = table.space.max_arch(blocks[0][0].resolution)
+    reference = protocol.reference("<reference>", next(iter(_load(table, [largest]).values())))
     names: list[list[str]] = []
     for j, archs in enumerate(blocks):
-        runners = {f"{j}/{k}": v for k, v in load(archs).items()}
+        runners = {f"{j}/{k}": v for k, v in _load(table, archs).items()}
         names.append(list(runners))
         if j == 0:
-            runners |= {f"<probe>{k}": v for k, v in load(probes).items()}
+            runners |= {f"<probe>{k}": v for k, v in _load(table, probes).items()}
         protocol.measure_against(reference, runners)
         del runners  # released before the next block is loaded
         advance(len(archs))
-    retest = {f"retest/{k}": v for k, v in load(blocks[0]).items()}
+    retest = {f"retest/{k}": v for k, v in _load(table, blocks[0]).items()}
     protocol.measure_against(reference, retest)
     advance(len(blocks[0]))
     stats = protocol.finish(reference)
