@@ -23,6 +23,9 @@ the best regardless of cost is shown beside it. A run prints the tables; ``--ren
 writes them into ``docs/progressive_shrinking.md`` between their markers from the cached runs, never
 from typed figures.
 
+The Fashion-MNIST tables of the docs ran with ``--set phases.elastic.epochs=40``, the recipe's elastic phase
+then; the recipe has since shipped ``one_phase_half`` (1+20), and that override keeps the runs' digests.
+
     python -m bench.ps_ablation [--recipe fashion] [--seeds 0 1] [--scratch-epochs 20] [--set K=V ...]
         [--full-doublings 3] [--worker i/n] [--threads 1] [--plan] [--cost] [--render] [--json]
 """
