@@ -420,7 +420,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "search_quality": Benchmark(
         ["-m", "bench.search_quality", *PINNED_FASHION_SUPERNET, "--json"],
-        "Fashion-MNIST (the supernet of recipes/fashion_mnist.yaml with its former 1+40-epoch elastic phase, pinned by --set; the recipe now ships 1+20): does the search pick the right subnet? Per latency "
+        "Fashion-MNIST (the supernet of recipes/fashion_mnist.yaml with its former 1+40-epoch elastic phase, "
+        "pinned by --set; the recipe now ships 1+20): does the search pick the right subnet? Per latency "
         "budget (the pipeline's four) and search seed (3), the found subnet's true top-1 against the best of 1,000 "
         "measured random subnets that fit (chosen on one validation quarter, scored on another; the predictor's "
         "data on the other half), regret, rank, measured latency, a true-accuracy re-rank of the final population, "
@@ -445,7 +446,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "int8_search": Benchmark(
         ["-m", "bench.int8_search", *PINNED_FASHION_SUPERNET, "--json"],
-        "Fashion-MNIST (the supernet of recipes/fashion_mnist.yaml with its former 1+40-epoch elastic phase, pinned by --set; the recipe now ships 1+20): the subnet a float32 search picks (float32 ONNX "
+        "Fashion-MNIST (the supernet of recipes/fashion_mnist.yaml with its former 1+40-epoch elastic phase, "
+        "pinned by --set; the recipe now ships 1+20): the subnet a float32 search picks (float32 ONNX "
         "Runtime table and predictor), then quantized, against the INT8 search's pick (INT8 table and predictor), "
         "for 3 budgets (25/50/75% of the INT8 table's range): both exported as `ofa export --int8` ships them, "
         "INT8 top-1 on the same test images (paired difference ± SE), INT8 latency timed whole; the INT8 table's "
