@@ -46,7 +46,7 @@ def paired_stats(ratios: list[float], ref: Stats, state: Blocks, quantile: float
     but with no confidence."""
     own = state.kept or [f for f, _ in state.figures]
     if len(ratios) < 2:
-        return {**quantile_stats(own, quantile), "ci_pct": 100.0, "spread_pct": 100.0, "steal_blocks": state.steal}
+        return unsure_stats(own, quantile, state.steal)
     r = quantile_stats(ratios, 0.5)
     figure = r["mean_ms"] * float(ref["mean_ms"])
     return {
@@ -60,3 +60,8 @@ def paired_stats(ratios: list[float], ref: Stats, state: Blocks, quantile: float
         "ratio": r["mean_ms"],
         "steal_blocks": state.steal,
     }
+
+
+def unsure_stats(figures: list[float], quantile: float, steal: int) -> Stats:
+    """The ``quantile`` of blocks too disturbed to judge: measured, with no confidence (interval and spread 100%)."""
+    return {**quantile_stats(figures, quantile), "ci_pct": 100.0, "spread_pct": 100.0, "steal_blocks": steal}

@@ -57,6 +57,7 @@ import matplotlib.pyplot as plt
 # Models loaded at once, a resolution's probes included (its paired reference aside): bounds the memory for
 # any --n. Sized for mbv3 subnets at 224 px in a process that stays under 2 GB with torch and onnxruntime loaded.
 MAX_LOADED = 8
+PROBE = "<probe>"  # the names of the drift probes timed beside a resolution's first block
 
 
 @dataclass(frozen=True)
@@ -200,19 +201,21 @@ def _blocks(items: Sequence[int], probes: int) -> list[Sequence[int]]:
     return [items[:first], *(items[i : i + MAX_LOADED] for i in range(first, len(items), MAX_LOADED))]
 
 
-def _load(table: LatencyTable, archs: Sequence[Arch]) -> dict[str, Any]:
-    """Whole subnets loaded as the table was measured (backend, batch, threads, dtype)."""
+def _load(table: LatencyTable, archs: Sequence[Arch], prefix: str = "") -> dict[str, Any]:
+    """Whole subnets loaded as the table was measured (backend, batch, threads, dtype), named with ``prefix``
+    so several sets timed together (a block, the probes, the retest) keep apart."""
     meta = table.meta
-    return subnet_runners(table.space, archs, meta["backend"], meta["batch"], meta["threads"], table.dtype)
+    runners = subnet_runners(table.space, archs, meta["backend"], meta["batch"], meta["threads"], table.dtype)
+    return {f"{prefix}{k}": v for k, v in runners.items()}
 
 
 def _time_block(
     table: LatencyTable, archs: Sequence[Arch], probes: Sequence[Arch], protocol: Protocol
 ) -> tuple[list[Stats], list[Stats]]:
     """Load one block of subnets with the probes, time them together, release them: (subnet, probe) stats."""
-    runners, probe_runners = _load(table, archs), _load(table, probes)
-    stats = time_models({**runners, **{f"<probe>{k}": v for k, v in probe_runners.items()}}, protocol)
-    return [stats[k] for k in runners], [stats[f"<probe>{k}"] for k in probe_runners]
+    runners, probe_runners = _load(table, archs), _load(table, probes, PROBE)
+    stats = time_models(runners | probe_runners, protocol)
+    return [stats[k] for k in runners], [stats[k] for k in probe_runners]
 
 
 def _time_shared(
@@ -231,18 +234,18 @@ def _time_shared(
     reference = protocol.reference("<reference>", next(iter(_load(table, [largest]).values())))
     names: list[list[str]] = []
     for j, archs in enumerate(blocks):
-        runners = {f"{j}/{k}": v for k, v in _load(table, archs).items()}
+        runners = _load(table, archs, f"{j}/")
         names.append(list(runners))
         if j == 0:
-            runners |= {f"<probe>{k}": v for k, v in _load(table, probes).items()}
+            runners |= _load(table, probes, PROBE)
         protocol.measure_against(reference, runners)
         del runners  # released before the next block is loaded
         advance(len(archs))
-    retest = {f"retest/{k}": v for k, v in _load(table, blocks[0]).items()}
+    retest = _load(table, blocks[0], "retest/")
     protocol.measure_against(reference, retest)
     advance(len(blocks[0]))
     stats = protocol.finish(reference)
-    probes_stats = [stats[k] for k in stats if k.startswith("<probe>")]
+    probes_stats = [stats[k] for k in stats if k.startswith(PROBE)]
     return [stats[k] for block in names for k in block], probes_stats, [stats[k] for k in retest]
 
 

@@ -65,7 +65,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ofa.lut.blocks import Blocks, PairedReference, paired_stats
+from ofa.lut.blocks import Blocks, PairedReference, paired_stats, unsure_stats
 from ofa.lut.stats import Stats, block_figure, block_ratio, blocks_stats, host_steal_ticks, quantile_stats
 from ofa.runtime.runtimes import Runner
 from ofa.utils.errors import OFAError
@@ -369,5 +369,4 @@ class Standalone:
         kept, q = state.kept, self.quantile if quantile is None else quantile
         if 2 * len(kept) >= self.blocks:
             return {**quantile_stats(kept, q), "steal_blocks": state.steal}
-        everything = quantile_stats([f for f, _ in state.figures], q)  # mostly disturbed: no confidence
-        return {**everything, "ci_pct": 100.0, "spread_pct": 100.0, "steal_blocks": state.steal}
+        return unsure_stats([f for f, _ in state.figures], q, state.steal)  # mostly disturbed
