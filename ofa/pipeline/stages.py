@@ -94,6 +94,7 @@ class PipelineConfig:
     max_noise_pct: float | None = field(default=None, metadata=_setting("max_noise_pct"))
     lut_budget_s: float | None = field(default=None, metadata=_setting("lut_budget_s"))
     lut_block_ms: float | None = field(default=None, metadata=_setting("lut_block_ms"))
+    lut_blocks: int | None = field(default=None, metadata=_setting("lut_blocks"))
     int8: bool | None = field(default=None, metadata=_setting("int8"))
     dtype: Literal["float32", "int8"] | None = field(default=None, metadata=_setting("dtype"))
     seed: int = field(default=0, metadata={"help": "seed of subnet sampling, search and export"})
@@ -239,7 +240,10 @@ class Pipeline:
             self.log(f"[lut] using {given} (given){elsewhere}")
             return given, table
         path = self.out / "latency_table.yaml"
-        protocol = Standalone(budget_s=self.settings.lut_budget_s, block_ms=self.settings.lut_block_ms)
+        settings = self.settings
+        protocol = Standalone(
+            blocks=settings.lut_blocks, budget_s=settings.lut_budget_s, block_ms=settings.lut_block_ms
+        )
         key = digest(
             [space.fingerprint(), "ort-cpu", 1, 1, protocol.to_dict(), self.settings.max_noise_pct, *self.dtype_key()]
         )

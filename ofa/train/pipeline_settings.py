@@ -55,6 +55,14 @@ class PipelineSettings:
             "blocks per model, so this sets its least time)",
         },
     )
+    lut_blocks: int = field(
+        default=15,
+        metadata={
+            "metavar": "N",
+            "help": "table build: least timed blocks per model (each one paired with a block of the reference "
+            "model); fewer blocks take less time and widen each figure's interval, which the table's noise records",
+        },
+    )
     int8: bool = field(default=False, metadata={"help": "also export INT8 models and report their accuracy"})
     dtype: Literal["float32", "int8"] = field(
         default="float32",
@@ -81,6 +89,8 @@ class PipelineSettings:
             raise ConfigError(f"{_setting('lut_budget_s')}: expected seconds >= 0, got {self.lut_budget_s}")
         if not self.lut_block_ms > 0:
             raise ConfigError(f"{_setting('lut_block_ms')}: expected milliseconds > 0, got {self.lut_block_ms}")
+        if self.lut_blocks < 3:
+            raise ConfigError(f"{_setting('lut_blocks')}: expected at least 3 blocks, got {self.lut_blocks}")
 
 
 def _setting(name: str) -> str:
