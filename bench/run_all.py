@@ -374,6 +374,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             ("openvino", "mbv3_openvino-cpu_t1_b1.yaml", "OpenVINO (CPU plugin)"),
             ("executorch", "mbv3_executorch-xnnpack_t1_b1.yaml", "ExecuTorch (XNNPACK)"),
             ("benchmark_app", "mbv3_openvino-cpu-benchmark-app_t1_b1.yaml", "OpenVINO benchmark_app"),
+            ("int8", "mbv3_ort-cpu_int8_t1_b1.yaml", "ONNX Runtime INT8 (QDQ)"),
+            ("openvino_int8", "mbv3_openvino-cpu_int8_t1_b1.yaml", "OpenVINO INT8 (NNCF)"),
         )
     },
     "official_import": official_bench(

@@ -16,7 +16,8 @@ a model. Two groups:
   8 at 160 and 8 at 224 px) with random weights, against that table (built on this machine), each timed
   on the table's runtime: onnxruntime as above; OpenVINO's CPU plugin (an infer request, 1 inference
   thread, 1 stream, the latency hint); ExecuTorch's runtime on the XNNPACK program the project lowers
-  (1 thread). ``--exports none`` skips the demo group.
+  (1 thread). An INT8 table's subnets are quantized as its models were (``ofa.runtime.formats.convert``, on
+  synthetic batches) and run by the same loop. ``--exports none`` skips the demo group.
 
 Every subnet is timed twice by the plain loop, the second pass after all the first ones (a minute later):
 the share of subnets whose two plain-loop figures agree within ±10% (``retest_within_10pct``) is how far
@@ -42,7 +43,7 @@ import onnxruntime as ort
 
 from bench.common import ROOT
 from ofa.families.registry import family_of
-from ofa.runtime.convert import export_onnx
+from ofa.runtime import formats
 from ofa.utils.machine import cpu_name
 from search.latency import LatencyTable
 
@@ -111,40 +112,38 @@ def onnxruntime_call(model: str | bytes) -> Callable[[], object]:
     return lambda: session.run(None, feed)
 
 
-def openvino_call(onnx_model: bytes, shape: tuple[int, ...]) -> Callable[[], object]:
-    """An OpenVINO CPU infer request on the ONNX model, 1 inference thread, 1 stream, as benchmark_app -nthreads 1."""
+def openvino_call(model, shape: tuple[int, ...]) -> Callable[[], object]:
+    """An OpenVINO CPU infer request on the ``openvino.Model``, 1 inference thread, 1 stream, as benchmark_app
+    -nthreads 1."""
     import openvino as ov
 
-    core = ov.Core()
-    model = core.read_model(onnx_model, b"")
     config = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
-    request = core.compile_model(model, "CPU", config).create_infer_request()
+    request = ov.Core().compile_model(model, "CPU", config).create_infer_request()
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     return lambda: request.infer([x])
 
 
-def executorch_call(module, shape: tuple[int, ...]) -> Callable[[], object]:
-    """The module lowered to an XNNPACK .pte (the project's conversion), run by ExecuTorch's runtime on 1 thread."""
+def executorch_call(pte: bytes, shape: tuple[int, ...]) -> Callable[[], object]:
+    """An XNNPACK .pte program (the project's lowering), run by ExecuTorch's runtime on 1 thread."""
     import torch
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
     from executorch.runtime import Runtime
 
-    from ofa.runtime.executorch_backend import to_pte
-
     _unsafe_reset_threadpool(1)
-    program = Runtime.get().load_program(to_pte(module, shape))
+    program = Runtime.get().load_program(pte)
     method = program.load_method("forward")
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
     return lambda _keep=program: method.execute([x])
 
 
-def runtime_call(backend: str, module, shape: tuple[int, ...]) -> Callable[[], object]:
-    """One inference of a subnet on the plain runtime the table was built for."""
+def runtime_call(backend: str, module, shape: tuple[int, ...], dtype: str = "float32") -> Callable[[], object]:
+    """One inference of a subnet on the plain runtime the table was built for, converted (an INT8 table's: quantized
+    on synthetic batches) as the table's models were."""
     if backend == "executorch-xnnpack":
-        return executorch_call(module, shape)
+        return executorch_call(formats.convert("executorch", module, shape, dtype=dtype), shape)
     if backend == "openvino-cpu":
-        return openvino_call(export_onnx(module, shape), shape)
-    return onnxruntime_call(export_onnx(module, shape))
+        return openvino_call(formats.convert("openvino", module, shape, dtype=dtype), shape)
+    return onnxruntime_call(formats.convert("onnx", module, shape, dtype=dtype))
 
 
 def demo_rows(folder: Path, loop: Loop) -> list[dict]:
@@ -174,12 +173,13 @@ def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, loo
     """Random subnets of the table's space, exported with random weights, predicted and measured twice."""
     table = LatencyTable.load(table_path)
     space, rng, backend = table.space, np.random.default_rng(seed), table.meta["backend"]
+    dtype = table.meta.get("dtype", "float32")
     subnets, family = [], family_of(space)
     for r in resolutions:
         for _ in range(n):
             arch = family.sample_arch(space, rng, resolutions=[r])
             subnets.append((f"{r}px", arch, family.build_subnet(space, arch).eval(), (1, space.in_channels, r, r)))
-    calls = [runtime_call(backend, module, shape) for _, _, module, shape in subnets]
+    calls = [runtime_call(backend, module, shape, dtype) for _, _, module, shape in subnets]
     first, second = loop.figures(calls), loop.figures(calls)
     return [
         {

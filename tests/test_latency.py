@@ -564,6 +564,16 @@ def test_bench_plain_loop_is_its_own_timer_around_session_run(monkeypatch):
     assert standalone_latency.retest_within(again) == 50.0 and standalone_latency.retest_within([]) is None
 
 
+def test_plain_loop_runs_an_int8_tables_subnets_quantized_as_the_table_did(monkeypatch):
+    seen = []
+    monkeypatch.setattr(standalone_latency, "onnxruntime_call", lambda model: seen.append(model) or (lambda: None))
+    module, shape = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU()).eval(), (1, 1, 8, 8)
+    standalone_latency.runtime_call("ort-cpu", module, shape, "int8")
+    standalone_latency.runtime_call("ort-cpu", module, shape)
+    ops = [{node.op_type for node in onnx.load_from_string(model).graph.node} for model in seen]
+    assert "QuantizeLinear" in ops[0] and "QuantizeLinear" not in ops[1] and "Conv" in ops[1]
+
+
 def test_quiet_rounds_drop_busy_rounds_for_every_model():
     rng = np.random.default_rng(0)
     base = np.array([0.1, 1.0, 10.0])[:, None]
