@@ -139,11 +139,11 @@ def executorch_call(pte: bytes, shape: tuple[int, ...]) -> Callable[[], object]:
 def runtime_call(backend: str, module, shape: tuple[int, ...], dtype: str = "float32") -> Callable[[], object]:
     """One inference of a subnet on the plain runtime the table was built for, converted (an INT8 table's: quantized
     on synthetic batches) as the table's models were."""
-    if backend == "executorch-xnnpack":
-        return executorch_call(formats.convert("executorch", module, shape, dtype=dtype), shape)
-    if backend == "openvino-cpu":
-        return openvino_call(formats.convert("openvino", module, shape, dtype=dtype), shape)
-    return onnxruntime_call(formats.convert("onnx", module, shape, dtype=dtype))
+    fmt = formats.BACKEND_FORMAT.get(backend, "onnx")  # every onnxruntime backend runs the ONNX model
+    model = formats.convert(fmt, module, shape, dtype=dtype)
+    if fmt == "onnx":
+        return onnxruntime_call(model)
+    return {"openvino": openvino_call, "executorch": executorch_call}[fmt](model, shape)
 
 
 def demo_rows(folder: Path, loop: Loop) -> list[dict]:
@@ -173,13 +173,12 @@ def subnet_rows(table_path: Path, resolutions: list[int], n: int, seed: int, loo
     """Random subnets of the table's space, exported with random weights, predicted and measured twice."""
     table = LatencyTable.load(table_path)
     space, rng, backend = table.space, np.random.default_rng(seed), table.meta["backend"]
-    dtype = table.meta.get("dtype", "float32")
     subnets, family = [], family_of(space)
     for r in resolutions:
         for _ in range(n):
             arch = family.sample_arch(space, rng, resolutions=[r])
             subnets.append((f"{r}px", arch, family.build_subnet(space, arch).eval(), (1, space.in_channels, r, r)))
-    calls = [runtime_call(backend, module, shape, dtype) for _, _, module, shape in subnets]
+    calls = [runtime_call(backend, module, shape, table.dtype) for _, _, module, shape in subnets]
     first, second = loop.figures(calls), loop.figures(calls)
     return [
         {

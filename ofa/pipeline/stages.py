@@ -232,27 +232,27 @@ class Pipeline:
 
     def latency_table(self, space: Space) -> tuple[Path, LatencyTable]:
         """The given table, else one built on this machine (a shipped one was measured elsewhere)."""
-        if self.settings.lut is not None:
-            given = Path(self.settings.lut)
+        settings = self.settings
+        if settings.lut is not None:
+            given = Path(settings.lut)
             table = LatencyTable.load(given).for_space(space)
             cpu, built_on = runtime_info("ort-cpu")["cpu"], table.meta.get("cpu")
             elsewhere = f"; built on {built_on}, not this CPU ({cpu})" if built_on != cpu else ""
             self.log(f"[lut] using {given} (given){elsewhere}")
             return given, table
         path = self.out / "latency_table.yaml"
-        settings = self.settings
         protocol = Standalone(
             blocks=settings.lut_blocks, budget_s=settings.lut_budget_s, block_ms=settings.lut_block_ms
         )
         key = digest(
-            [space.fingerprint(), "ort-cpu", 1, 1, protocol.to_dict(), self.settings.max_noise_pct, *self.dtype_key()]
+            [space.fingerprint(), "ort-cpu", 1, 1, protocol.to_dict(), settings.max_noise_pct, *self.dtype_key()]
         )
         if not self.done("lut", key, [path]):
             cfg = TableBuildConfig(
                 out=path,
-                dtype=self.settings.dtype,
+                dtype=settings.dtype,
                 protocol=protocol,
-                max_noise_pct=self.settings.max_noise_pct,
+                max_noise_pct=settings.max_noise_pct,
                 command=f"ofa pipeline {self.cfg.recipe}",
             )
             build_table(space, cfg, warn=lambda line: self.log(f"[lut] {line}"))
