@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torchvision.transforms import v2
 
+from ofa.data.augment import RandomAffineGrid, affine
 from ofa.data.config import DataConfig
 from ofa.data.datasets import ImageSplit, build_data, data_from_meta
 from ofa.data.loaders import LoaderOptions, make_loader, set_loader_epoch
@@ -71,13 +73,32 @@ def test_augmentation_is_seeded_per_epoch_and_train_only():
     assert b.mean == plain.mean
 
 
-def test_deterministic_splits_keep_each_image_once_transformed_and_augmented_ones_do_not():
+def test_splits_keep_each_image_once_transformed_and_augment_it_anew():
     b = build_data({"name": "digits", "image_size": 16})
     first = b.val[3][0]
     assert b.val[3][0] is first and len(b.val.memo) == 1  # the second read is the kept tensor
     fresh = ImageSplit(b.val.source, b.val.indices, b.val.transform)
     assert fresh.memo is None and torch.equal(fresh[3][0], first)  # the same image as transforming anew
-    assert b.train.memo is None  # augmented: a new image every epoch
+    augmented = b.train[3][0]
+    assert len(b.train.memo) == 1 and b.train.memo[int(b.train.indices[3])].shape == augmented.shape  # the resize
+    unkept = ImageSplit(b.train.source, b.train.indices, b.train.transform, b.train.augment, b.train.seed)
+    assert torch.equal(unkept[3][0], augmented) and b.train[3][0] is not augmented  # kept or not: one image
+    b.train.set_epoch(1)
+    assert not torch.equal(b.train[3][0], augmented)  # a new augmentation every epoch
+
+
+@pytest.mark.parametrize("size", [(16, 16), (12, 20)])
+def test_light_augmentation_is_torchvisions_random_affine_pixel_for_pixel(size):
+    ours = RandomAffineGrid(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1))
+    theirs = v2.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1))
+    images = torch.rand(300, 2, *size)
+    for seed, image in enumerate(images):
+        torch.manual_seed(seed)
+        expected = theirs(image)
+        torch.manual_seed(seed)
+        assert torch.equal(ours(image), expected), seed  # the same draws, the same warp
+    shifted = affine(images[0], 0.0, (2, -1), 1.0)  # x right, y up: zeros come in on the left and bottom
+    assert torch.equal(shifted[:, :-1, 2:], images[0][:, 1:, :-2]) and not shifted[:, :, :2].any()
     plain = build_data({"name": "digits", "image_size": 16, "augment": "none"})
     assert plain.train.memo is not None and torch.equal(plain.train[7][0], plain.train[7][0])
 
@@ -221,13 +242,13 @@ def test_imagefolder_tree(tmp_path):
 
 
 def _calibration(monkeypatch, keep_bytes: int | None = None):
-    """A calibration set over an augmented training split, counting the images the split transforms."""
+    """A calibration set over an augmented training split, counting the images the split augments."""
     if keep_bytes is not None:
         monkeypatch.setattr(bn, "KEEP_BYTES", keep_bytes)
     train = build_data({"name": "digits", "image_size": 8, "augment": "light"}).train
     reads = []
-    transform = train.transform
-    monkeypatch.setattr(train, "transform", lambda image: reads.append(1) or transform(image))
+    augment = train.augment
+    monkeypatch.setattr(train, "augment", lambda image: reads.append(1) or augment(image))
     return train, make_loader(train, 32, shuffle=True, seed=1), reads
 
 
@@ -246,7 +267,7 @@ def test_calibration_batches_are_drawn_once_at_epoch_zero_whatever_the_training_
     assert all(torch.equal(a, e) for a, e in zip(first, expected)) and len(again) == 3
     assert all(torch.equal(a, e) for a, e in zip(again, expected))
     list(itertools.islice(calib, 3))
-    assert len(reads) == 3 * 32  # replayed: nothing transformed again
+    assert len(reads) == 3 * 32  # replayed: nothing augmented again
 
 
 def test_calibration_batches_over_the_memory_cap_are_drawn_again_the_same(monkeypatch):

@@ -144,6 +144,14 @@ def test_pipeline_builds_its_table_here_and_a_strict_limit_stops_it_in_one_line(
     assert sum("warning:" in line and "±30.0%" in line for line in lines) == len(space.resolutions)
     assert all(r["noisy"] for r in table.meta["noise"]["per_resolution"].values())
 
+    # Other table settings on the same run folder: the pipeline's own table is stale, so it is built again (the
+    # build alone would refuse to resume a file measured with another protocol).
+    monkeypatch.setattr(pipeline_module, "Standalone", lambda **kw: replace(FAST, blocks=kw["blocks"]))
+    lines.clear()
+    _, rebuilt = Pipeline(replace(config, lut_blocks=4), log=lines.append).latency_table(space)
+    assert rebuilt.meta["protocol"]["blocks"] == 4
+    assert any("table settings changed: rebuilding" in line for line in lines)
+
 
 def test_a_measured_latency_over_budget_is_flagged_with_what_to_do():
     elsewhere = BudgetVerdict(0.031, 0.108, 2.5, "Intel Xeon", "AMD EPYC", advice="build a table on this machine: x")

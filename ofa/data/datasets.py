@@ -29,6 +29,7 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset, TensorDataset
 from torchvision.transforms import v2
 
+from ofa.data.augment import RandomAffineGrid
 from ofa.data.config import TENSOR_NAMES, DataConfig, parse_data_config, torchvision_class
 from ofa.data.idx import FASHION_MNIST_CLASSES, load_split
 from ofa.utils.config import ConfigError
@@ -68,16 +69,18 @@ def _sample_seed(seed: int, epoch: int, index: int) -> int:
 
 
 class ImageSplit(Dataset):
-    """A subset of a source dataset with its transform.
+    """A subset of a source dataset with its transforms: ``transform`` (steady: the same image every time), then
+    ``augment`` (random; None: none).
 
-    Random transforms draw from torch's RNG re-seeded per (seed, epoch, source index), inside a
-    forked RNG so the caller's stream is untouched: results do not depend on worker count, batch
-    position or where a run was resumed. ``set_epoch`` selects the epoch.
+    ``augment`` draws from torch's RNG re-seeded per (seed, epoch, source index), inside a forked RNG so the
+    caller's stream is untouched: results do not depend on worker count, batch position or where a run was
+    resumed. ``set_epoch`` selects the epoch.
 
-    ``memo`` keeps each transformed image of a deterministic split (evaluation, or training without
-    augmentation) after its first read: a supernet's evaluations read the same images once per
-    subnet, and the transform costs more than the forward pass of a small model. Only for sources
-    already held in memory (the tensor data sets), whose transformed copy is of the same order.
+    ``memo`` keeps each image's steady transform after its first read (the whole transform of an evaluation
+    split, or of training without augmentation; the resize before a training split's augmentation): a
+    supernet's evaluations read the same images once per subnet, a training run once per epoch and subnet, and
+    the transform costs more than the forward pass of a small model. Only for sources already held in memory
+    (the tensor data sets), whose transformed copy is of the same order.
     """
 
     def __init__(
@@ -85,13 +88,14 @@ class ImageSplit(Dataset):
         source: Dataset,
         indices: Sequence[int],
         transform: Callable,
+        augment: Callable | None = None,
         seed: int = 0,
-        random: bool = False,
         memo: bool = False,
     ) -> None:
-        self.source, self.indices, self.transform = source, np.asarray(indices, dtype=np.int64), transform
-        self.seed, self.random, self.epoch = seed, random, 0
-        self.memo: dict[int, torch.Tensor] | None = {} if memo and not random else None
+        self.source, self.indices = source, np.asarray(indices, dtype=np.int64)
+        self.transform, self.augment = transform, augment
+        self.seed, self.epoch = seed, 0
+        self.memo: dict[int, torch.Tensor] | None = {} if memo else None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -102,41 +106,47 @@ class ImageSplit(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         index = int(self.indices[i])
         image, label = self.source[index]
-        if self.memo is not None:
+        if self.memo is None:
+            image = self.transform(image)
+        else:
             if index not in self.memo:
                 self.memo[index] = self.transform(image)
-            return self.memo[index], int(label)
-        if not self.random:
-            return self.transform(image), int(label)
+            image = self.memo[index]
+        if self.augment is None:
+            return image, int(label)
         with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(_sample_seed(self.seed, self.epoch, index))
-            return self.transform(image), int(label)
+            return self.augment(image), int(label)
 
 
 def _transforms(
     augment: str, size: int, mean: Sequence[float], std: Sequence[float], pil: bool
-) -> tuple[Callable, Callable]:
-    """(train, eval) transforms; PIL sources are converted to float tensors in [0, 1] first."""
+) -> tuple[Callable, Callable | None, Callable]:
+    """Training's steady transform and its random augmentation (None for ``none``), then evaluation's transform;
+    PIL sources are converted to float tensors in [0, 1] after their geometric (PIL) steps."""
     to_tensor = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)] if pil else []
     normalize = v2.Normalize(list(mean), list(std))
-    resize = [v2.Resize((size, size), antialias=True)]
+    steady = [v2.Resize((size, size), antialias=True)]
+    evaluate = steady
+    on_tensors = []  # augmentations after the tensor conversion
     if augment == "inception":
-        train = [
+        steady = [v2.Identity()]  # every step random
+        evaluate = [v2.Resize(math.ceil(size / 0.875), antialias=True), v2.CenterCrop(size)]
+        geometric = [
             v2.RandomResizedCrop(size, antialias=True),
             v2.RandomHorizontalFlip(),
             v2.ColorJitter(brightness=32 / 255, saturation=0.5),
         ]
-        evaluate = [v2.Resize(math.ceil(size / 0.875), antialias=True), v2.CenterCrop(size)]
+    elif augment == "light":  # v2.RandomAffine's images, at a fraction of its cost per image
+        geometric, on_tensors = [], [RandomAffineGrid(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1))]
+    elif augment == "crop_flip":
+        geometric = [v2.RandomCrop(size, padding=max(1, size // 8)), v2.RandomHorizontalFlip()]
     else:
-        extra = {
-            "none": [],
-            "light": [v2.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1))],
-            "crop_flip": [v2.RandomCrop(size, padding=max(1, size // 8)), v2.RandomHorizontalFlip()],
-        }[augment]
-        train, evaluate = resize + extra, resize
-    if pil:  # geometric ops on PIL images, then tensor conversion
-        return v2.Compose([*train, *to_tensor, normalize]), v2.Compose([*evaluate, *to_tensor, normalize])
-    return v2.Compose([*to_tensor, *train, normalize]), v2.Compose([*to_tensor, *evaluate, normalize])
+        geometric = []
+    evaluate = v2.Compose([*evaluate, *to_tensor, normalize])
+    if augment == "none":
+        return v2.Compose([*steady, *to_tensor, normalize]), None, evaluate
+    return v2.Compose(steady), v2.Compose([*geometric, *to_tensor, *on_tensors, normalize]), evaluate
 
 
 def _split(indices: np.ndarray, labels: np.ndarray | None, fraction: float, seed: int) -> tuple[np.ndarray, ...]:
@@ -308,7 +318,7 @@ def build_data(data_cfg: Mapping[str, Any] | DataConfig, source: str = "data") -
             raise ConfigError(f"{source}.name: cannot tell the classes of {cfg.name!r} (no classes or targets)")
         names = [str(i) for i in range(int(labels.max()) + 1)]
 
-    _, probe = _transforms("none", cfg.image_size, [0.0], [1.0], pil)
+    probe = _transforms("none", cfg.image_size, [0.0], [1.0], pil)[0]
     first = probe(pool[int(train_idx[0])][0])
     in_channels = int(first.shape[0])
     if cfg.mean is not None:
@@ -317,9 +327,9 @@ def build_data(data_cfg: Mapping[str, Any] | DataConfig, source: str = "data") -
         mean, std = cfg.mean, cfg.std
     else:
         mean, std = _stats(pool, train_idx, probe, cfg.seed)
-    train_tf, eval_tf = _transforms(cfg.augment, cfg.image_size, mean, std, pil)
+    train_tf, augment, eval_tf = _transforms(cfg.augment, cfg.image_size, mean, std, pil)
     return DataBundle(
-        train=ImageSplit(pool, train_idx, train_tf, cfg.seed, random=cfg.augment != "none", memo=not pil),
+        train=ImageSplit(pool, train_idx, train_tf, augment, cfg.seed, memo=not pil),
         val=ImageSplit(pool, val_idx, eval_tf, memo=not pil),
         test=ImageSplit(test_src, test_idx, eval_tf, memo=not pil),
         num_classes=len(names),

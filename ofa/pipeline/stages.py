@@ -248,6 +248,9 @@ class Pipeline:
             [space.fingerprint(), "ort-cpu", 1, 1, protocol.to_dict(), settings.max_noise_pct, *self.dtype_key()]
         )
         if not self.done("lut", key, [path]):
+            if self.state.get("lut") not in (None, key) and path.exists():  # built with other settings: stale
+                self.log(f"[lut] the table settings changed: rebuilding {path}")
+                path.unlink()
             cfg = TableBuildConfig(
                 out=path,
                 dtype=settings.dtype,
@@ -311,7 +314,7 @@ class Pipeline:
         summary = read_json(search_dir / "search.json", "search summary")
         table_path, bound = table
         int8 = self.settings.int8 or self.settings.dtype == "int8"  # an INT8 chain ships (and checks) INT8 models
-        inputs = [file_sha256(supernet), file_sha256(table_path), int8, self.cfg.seed]
+        inputs = [file_sha256(supernet), file_sha256(table_path), int8, self.settings.calib_batches, self.cfg.seed]
         results, by_arch = [], {}
         for target in summary["targets"]:
             name = f"arch_{target['target_ms']:g}ms"
@@ -323,7 +326,13 @@ class Pipeline:
                 key = digest([file_sha256(arch_file), *inputs])
                 if not self.done(f"export {name}", key, [onnx, result]):
                     cfg = ExportConfig(
-                        out=onnx, int8=int8, seed=self.cfg.seed, checkpoint=supernet, arch_source=str(arch_file)
+                        out=onnx,
+                        calib_batches=self.settings.calib_batches,  # BN recalibrated as the predictor's subnets were
+                        batch_size=field_of(CollectConfig, "batch_size").default,
+                        int8=int8,
+                        seed=self.cfg.seed,
+                        checkpoint=supernet,
+                        arch_source=str(arch_file),
                     )
                     export_subnet(net, arch, cfg, data=data, table=bound)
                     self.mark(f"export {name}", key)
