@@ -20,8 +20,9 @@ resolved recipe and seed for a supernet; the space, data, optimizer, subnet, lr,
 for a scratch run), so an interrupted or extended benchmark reruns nothing it has; a supernet run
 and a scratch run also resume from their last checkpoint (a scratch run's, at an epoch's end, lives in
 ``scratch-KEY/`` beside its record until the record is written). The pending runs are what the rules
-ask for given the cache (``--plan`` lists them with their epochs); ``--worker i/n`` shares them between n processes (see
-`bench.ps_jobs`), each planning again after every run. A recipe whose data is missing is skipped.
+ask for given the cache (``--plan`` lists them with their epochs, and each twin's validation figures so
+far); ``--worker i/n`` shares them between n processes (see `bench.ps_jobs`), each planning again after
+every run. A recipe whose data is missing is skipped.
 
     python -m bench.ps_vs_scratch [--recipe digits|fashion|PATH] [--seeds 0 1] [--scratch-epochs N]
         [--random 5] [--subnet-seed 0] [--lr-factors 0.5 1 2] [--set KEY=VALUE ...]
@@ -284,6 +285,25 @@ def plan(b: Bench) -> Plan:
     return Plan(tuple(jobs.values()), tuple(waiting))
 
 
+def known_text(b: Bench) -> list[str]:
+    """What the cache holds so far, per twin, for a study still running (`--plan`): its lr grid's validation
+    top-1 and each ladder level's seed mean; validation only, as every choice is made on it."""
+    lines = []
+    for name, arch in b.twins.items():
+        grid = _grid(b, arch)
+        parts = [f"lr grid {', '.join(f'{b.base_lr * f:g}: {v:.2f}' for f, v in sorted(grid.val.items()))}"]
+        if not grid.pending:
+            _, records = _ladder(b, arch, b.base_lr * grid.best)
+            parts += [
+                f"{e} epochs {statistics.mean(r['val_top1'] for r in by_seed.values()):.2f} ({len(by_seed)} seed"
+                f"{'s' if len(by_seed) > 1 else ''})"
+                for e, by_seed in sorted(records.items())
+                if by_seed
+            ]
+        lines.append(f"known: {name} (validation top-1): {'; '.join(parts)}")
+    return lines
+
+
 # ------------------------------------------------------------------------------ the comparison
 def report(b: Bench) -> dict[str, Any]:
     """The final table from the cache (every run it needs is there): validation and test, cost in CPU seconds."""
@@ -454,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         b = Bench(cfg)
         claims = cfg.cache / "claims"
         if a.plan:
-            print("\n".join(plan_text(plan(b), claims)))
+            print("\n".join(plan_text(plan(b), claims) + (known_text(b) if cfg.side != "ps" else [])))
             return 0
         cfg.cache.mkdir(parents=True, exist_ok=True)
         work(partial(plan, b), claims, *cfg.worker)

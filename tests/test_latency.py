@@ -485,7 +485,8 @@ def test_noisy_build_warns_writes_and_remeasures_only_the_noisy_resolutions(tmp_
     meta = LatencyTable.load(out).meta
     assert meta["complete"] and meta["resolutions_done"] == [8, 12]
     assert lut_build.noisy_resolutions(meta) == [12] and meta["noise"]["per_resolution"][12]["spread_pct"] == 80.0
-    before = yaml.safe_load(out.read_text())["entries"]
+    before, timed = yaml.safe_load(out.read_text())["entries"], meta["noise"]["per_resolution"]
+    monkeypatch.setattr(lut_build, "utc_timestamp", lambda: "later")  # each resolution records when it was timed
 
     timings.clear()
     monkeypatch.setattr(lut_build, "time_models", noisy_after(99, timings))  # a quiet machine now
@@ -493,6 +494,8 @@ def test_noisy_build_warns_writes_and_remeasures_only_the_noisy_resolutions(tmp_
     assert len(timings) == 1 and capsys.readouterr().err.strip() == ""  # 12 px alone timed again, no warning
     meta = LatencyTable.load(out).meta
     assert lut_build.noisy_resolutions(meta) == [] and meta["resolutions_done"] == [8, 12]
+    dates = {r: rec["date"] for r, rec in meta["noise"]["per_resolution"].items()}
+    assert dates == {8: timed[8]["date"], 12: "later"} and timed[8]["date"].endswith("+00:00")
     after = yaml.safe_load(out.read_text())["entries"]
     assert set(after) == set(before)
     kept = set(LayerModules(space).for_resolution(8))

@@ -137,6 +137,13 @@ def test_one_seed_after_asks_only_the_first_seed_past_its_epochs(tmp_path, capsy
         record(bench.base_lr, 4, seed, val)
     state = ps_vs_scratch.twin_state(bench, "smallest", arch)
     assert [(r.epochs, r.seed) for r in state.pending] == [(8, 0)]  # 8 > 4 epochs: the first seed only
+    known = ps_vs_scratch.known_text(bench)  # --plan's view of a study still running: validation so far
+    grid = ", ".join(f"{bench.base_lr * f:g}: {v:.2f}" for f, v in zip(rules.LR_FACTORS, (70.0, 72.0, 71.0)))
+    assert (
+        known[0]
+        == f"known: smallest (validation top-1): lr grid {grid}; 2 epochs 72.20 (2 seeds); 4 epochs 75.20 (2 seeds)"
+    )
+    assert known[1].startswith("known: middle (validation top-1): lr grid ") and "epochs" not in known[1]
     record(bench.base_lr, 8, 0, 75.3)
     twin = ps_vs_scratch.twin_state(bench, "smallest", arch).summary
     assert twin["converged_epochs"] == 4 and twin["levels"]["8"]["val_seeds"] == [75.3]

@@ -20,7 +20,6 @@ records per resolution the op types the runtime still computed in float (``meta.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import platform
 import sys
@@ -46,7 +45,7 @@ from ofa.runtime.convert import DEFAULT_OPSET
 from ofa.runtime.runtimes import Runner, backend_device, check_backend, check_dtype, make_runner, runtime_info
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
-from ofa.utils.io import read_yaml
+from ofa.utils.io import read_yaml, utc_timestamp
 from search.latency import LatencyTable, save_table, space_from_arg
 
 PROBES = 3  # drift probe subnets per resolution
@@ -240,7 +239,7 @@ def _new_meta(space: Space, cfg: TableBuildConfig) -> dict[str, Any]:
         **({"int8": {**formats.int8_record(cfg.backend), "empty_model": "float32", "float_ops": {}}} if int8 else {}),
         "protocol": cfg.protocol.to_dict(),
         "clock": cfg.protocol.clock_name(backend_device(cfg.backend), cfg.threads),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": utc_timestamp(),
         "command": cfg.command,
         "seed": cfg.seed,
         "space_fingerprint": space.fingerprint(),
@@ -347,6 +346,7 @@ def _time_quietly(
                 "max_pct": cfg.max_noise_pct,
                 "noisy": noise[-1] > (cfg.max_noise_pct or WARN_NOISE_PCT),
                 "attempts": attempt,
+                "date": utc_timestamp(),  # when this resolution was timed: `--remeasure-noisy` times some again later
             }
             return stats
     kept = meta["resolutions_done"]

@@ -13,7 +13,6 @@ quantized as ``ofa lut build --dtype int8`` quantizes it.
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import os
 import shutil
 import tempfile
@@ -35,7 +34,7 @@ from ofa.runtime import formats
 from ofa.runtime.runtimes import check_dtype
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
-from ofa.utils.io import read_text, read_yaml, write_text, write_yaml
+from ofa.utils.io import read_text, read_yaml, utc_timestamp, write_text, write_yaml
 from search.latency import LatencyTable, save_table
 
 MANIFEST = "manifest.yaml"
@@ -144,7 +143,7 @@ def pack_models(space: Space, cfg: PackConfig) -> Path:
             "calibration_subnets": cfg.calibrate,
             "space_fingerprint": space.fingerprint(),
             "space": space.to_dict(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": utc_timestamp(),
             "models": entries,
         }
         write_yaml(tmp / MANIFEST, manifest)
@@ -293,7 +292,7 @@ def _imported_meta(manifest: Mapping[str, Any], space: Space, cfg: ImportConfig,
         **({"int8": _imported_int8(manifest["int8"])} if "int8" in manifest else {}),
         "protocol": protocol,
         "clock": "wall",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": utc_timestamp(),
         "command": cfg.timer,
         "seed": manifest["seed"],
         "space_fingerprint": space.fingerprint(),

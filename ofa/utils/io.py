@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -100,3 +101,8 @@ def file_sha256(path: str | Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def utc_timestamp() -> str:
+    """Now, as the ``date`` of a record a file keeps (UTC, to the second)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
