@@ -215,6 +215,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         ["-m", "bench.search_speed", "--json", "--space", "ofa_resnet50", "--random", "1000"],
         {"seconds": "seconds", "found_top1": "found top-1", "random_best_top1": "best random top-1"},
     ),
+    "augment_speed": Benchmark(
+        ["-m", "bench.augment_speed", "--json"],
+        "per-image cost of the demo's augmented training split (augment: light), torchvision's RandomAffine "
+        "chain against the project's split (kept resize + RandomAffineGrid), the same images, median of "
+        "alternating rounds",
+        ["-m", "bench.augment_speed", "--json", "--rounds", "1"],
+        {"speedup": "speed-up", "torchvision_us_per_image": "torchvision µs/image", "ofa_us_per_image": "ofa µs/image"},
+    ),
     "pipeline_demo": Benchmark(
         ["-m", "bench.pipeline_demo", "--json"],
         "`ofa pipeline recipes/digits.yaml` in a fresh folder: training, per-stage and pipeline wall time, test "

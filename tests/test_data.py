@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import struct
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
+from bench import augment_speed
 from ofa.data.augment import RandomAffineGrid, affine
 from ofa.data.config import DataConfig
 from ofa.data.datasets import ImageSplit, build_data, data_from_meta
@@ -276,3 +278,15 @@ def test_calibration_batches_over_the_memory_cap_are_drawn_again_the_same(monkey
     first = [b[0] for b in itertools.islice(calib, 2)]
     second = [b[0] for b in itertools.islice(calib, 2)]
     assert len(reads) == 4 * 32 and all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_augment_speed_bench_times_both_ways_on_the_same_images(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["augment_speed", "--rounds", "2", "--json"])
+    assert augment_speed.main() == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (
+        result["same_images"]
+        and result["rounds"] == 2
+        and result["images"] == len(build_data({"name": "digits", "image_size": 16}).train)
+    )
+    assert result["torchvision_us_per_image"] > 0 and result["ofa_us_per_image"] > 0

@@ -4,7 +4,8 @@ torchvision's ``v2.RandomAffine`` spends most of its time on a small image in di
 construction, once per image and epoch: a visible share of the digits demo's training.
 `RandomAffineGrid` draws the same parameters in the same order from torch's default generator (so
 `ofa.data.datasets.ImageSplit`'s per-image seeding holds) and warps with one ``affine_grid`` +
-``grid_sample`` call: the same images, pixel for pixel (`tests/test_data.py`).
+``grid_sample`` call: the same images, pixel for pixel (`tests/test_data.py`), for less per image
+(`python -m bench.augment_speed`).
 """
 
 from __future__ import annotations
