@@ -21,19 +21,21 @@ import time
 import torch
 from torchvision.transforms import v2
 
+from ofa.data.augment import RandomAffineGrid
 from ofa.data.datasets import ImageSplit, build_data
 
 
-def torchvision_split(split: ImageSplit, size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> ImageSplit:
-    """``split`` as torchvision alone made it: resize, RandomAffine, normalize, all under the per-image seed."""
-    compose = v2.Compose(
-        [
-            v2.Resize((size, size), antialias=True),
-            v2.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1)),
-            v2.Normalize(list(mean), list(std)),
-        ]
-    )
-    return ImageSplit(split.source, split.indices, lambda image: image, compose, split.seed)
+def torchvision_split(split: ImageSplit) -> ImageSplit:
+    """``split`` as torchvision alone made it: its steady resize, torchvision's ``RandomAffine`` with the grid
+    warp's own ranges in that warp's place, the rest as it is, all under the per-image seed."""
+
+    def torchvision(step: torch.nn.Module) -> torch.nn.Module:
+        if isinstance(step, RandomAffineGrid):
+            return v2.RandomAffine(degrees=step.degrees, translate=step.translate, scale=step.scale)
+        return step
+
+    chain = v2.Compose([split.transform, *map(torchvision, split.augment.transforms)])
+    return ImageSplit(split.source, split.indices, lambda image: image, chain, split.seed)
 
 
 def timed(split: ImageSplit) -> tuple[float, list[torch.Tensor]]:
@@ -49,7 +51,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     data = build_data({"name": "digits", "image_size": 16, "augment": "light"})
-    splits = {"ofa": data.train, "torchvision": torchvision_split(data.train, data.image_size, data.mean, data.std)}
+    splits = {"ofa": data.train, "torchvision": torchvision_split(data.train)}
     timed(splits["ofa"])  # the first epoch fills the split's kept resizes, as a run's first epoch does
     ratios, per_image = [], {"torchvision": [], "ofa": []}
     for r in range(args.rounds):
