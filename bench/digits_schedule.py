@@ -2,15 +2,18 @@
 
 `make demo` must finish its whole pipeline in about 100 s here (3× that on a slower machine), and
 training is most of it. Each candidate is a progressive-shrinking schedule for `recipes/digits.yaml`
-(its space, data, optimizer and teacher; only ``phases`` differ), trained with ``--seeds`` and
-judged only on the validation split: the largest and the smallest subnet's top-1 at the end, averaged over the
-seeds. A candidate passes when both are within one binomial standard error (on the validation
-images) of the six-phase paper schedule the recipe had before, trained the same way, or above the
-demo's targets (largest ≥ 98.5%, smallest ≥ 97.5%); the chosen schedule is the passing one with the
-fewest image passes (Σ epochs × subnets per step: the deterministic cost; training seconds are shown
-beside it). The test split is never read here.
+(its space, data and optimizer; only ``phases`` and the teacher differ: the frozen full network, or
+in-place distillation, where each step's largest subnet teaches the others and no teacher runs), trained with
+``--seeds`` and judged only on the validation split: the largest and the smallest subnet's top-1 at the end,
+averaged over the seeds (four: on 144 images one seed's figure moves by points). A candidate passes when both
+are within one binomial standard error (on the validation images) of the six-phase paper schedule the recipe
+had before, trained the same way, or above the demo's targets (largest ≥ 98.5%, smallest ≥ 97.5%); the
+chosen schedule is the passing one, within the demo's training budget (``BUDGET_PASSES`` image passes, Σ
+epochs × subnets per step: the deterministic cost; training seconds are shown beside it), that is best on
+validation (the mean of the two figures): the pipeline fits its time at that budget, and the accuracy
+targets are what the demo still misses. The test split is never read here.
 
-    python -m bench.digits_schedule [--only NAME ...] [--seeds 0 1] [--threads 1] [--json]
+    python -m bench.digits_schedule [--only NAME ...] [--seeds 0 1 2 3] [--threads 1] [--json]
 
 Each finished run's figures are kept in ``bench/data/digits_schedule/runs.jsonl`` (its weights in
 ``runs/bench/digits_schedule/``), so a rerun trains only what is missing.
@@ -39,9 +42,12 @@ RECORD = DATA / "digits_schedule" / "runs.jsonl"
 WORK = ROOT / "runs" / "bench" / "digits_schedule"
 TARGETS = {"largest": 98.5, "smallest": 97.5}  # the demo's test targets (top-1 %)
 REFERENCE = "six_phase"  # the former schedule: a candidate within one standard error of it passes too
+BUDGET_PASSES = 21  # image passes the demo trains at most: its pipeline's time (the pipeline_demo row) holds there
 
 
 SANDWICH = {"sandwich": True, "lr": 0.04}
+FROZEN = {"teacher": "full", "ratio": 1.0}  # the network at the end of phase "full" teaches every later phase
+INPLACE = {"teacher": "inplace", "ratio": 1.0}  # each step's largest subnet teaches the others
 
 
 def shrinking(full: int, kernel: int, depth: int, expand: int, subnets: int = 2) -> list[dict[str, Any]]:
@@ -103,9 +109,10 @@ def paper_six(epochs: list[int]) -> list[dict[str, Any]]:
     return [{**p, "epochs": e, "warmup_epochs": 0} for p, e in zip(SIX_PHASES, epochs, strict=True)]
 
 
-def candidates() -> dict[str, list[dict[str, Any]]]:
-    """The schedules tried, by name (``ps4_F-K-D-E``: epochs of the four phases; ``_x3``: 3 subnets per step)."""
-    return {
+def candidates() -> dict[str, dict[str, Any]]:
+    """The recipe keys each candidate sets (``phases`` and ``distill``), by name (``ps4_F-K-D-E``: epochs of the
+    four phases; ``_x3``: 3 subnets per step; ``_inplace``: in-place distillation, else the frozen teacher)."""
+    frozen = {
         "ps4_2-1-1-1": shrinking(2, 1, 1, 1),
         "ps4_3-1-1-2": shrinking(3, 1, 1, 2),
         "ps4_4-1-1-2": shrinking(4, 1, 1, 2),
@@ -115,6 +122,15 @@ def candidates() -> dict[str, list[dict[str, Any]]]:
         "ps4_4-1-2-4": shrinking(4, 1, 2, 4),
         "six_4-1-1-1-1-2": paper_six([4, 1, 1, 1, 1, 2]),
         REFERENCE: SIX_PHASES,
+    }
+    inplace = {
+        "ps4_3-1-1-2_x3_inplace": shrinking(3, 1, 1, 2, subnets=3),
+        "ps4_3-1-1-4_inplace": shrinking(3, 1, 1, 4),
+        "ps4_3-1-1-4_x3_inplace": shrinking(3, 1, 1, 4, subnets=3),
+    }
+    return {
+        **{name: {"phases": phases, "distill": FROZEN} for name, phases in frozen.items()},
+        **{name: {"phases": phases, "distill": INPLACE} for name, phases in inplace.items()},
     }
 
 
@@ -136,14 +152,14 @@ def final_validation(run: Path) -> dict[str, Any]:
     }
 
 
-def run_one(name: str, phases: list[dict[str, Any]], seed: int, base: dict[str, Any]) -> dict[str, Any]:
+def run_one(name: str, keys: dict[str, Any], seed: int, base: dict[str, Any]) -> dict[str, Any]:
     out = WORK / f"{name}_s{seed}"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     recipe_path = out / "candidate.yaml"
-    recipe_path.write_text(yaml.safe_dump({**base, "seed": seed, "phases": phases}, sort_keys=False))
+    recipe_path.write_text(yaml.safe_dump({**base, "seed": seed, **keys}, sort_keys=False))
     train(load_recipe(recipe_path), out / "run")
-    return {"name": name, "seed": seed, "image_passes": image_passes(phases), **final_validation(out / "run")}
+    return {"name": name, "seed": seed, "image_passes": image_passes(keys["phases"]), **final_validation(out / "run")}
 
 
 def read_record() -> list[dict[str, Any]]:
@@ -156,6 +172,11 @@ def binomial_se(top1: float, images: int) -> float:
     """Standard error (points) of a top-1 of ``top1`` % measured on ``images`` images."""
     p = top1 / 100
     return 100 * (p * (1 - p) / images) ** 0.5
+
+
+def mean_validation(row: dict[str, Any]) -> float:
+    """The largest and smallest subnet's validation top-1, averaged: what chooses among passing candidates."""
+    return sum(row[f"val_{k}"] for k in TARGETS) / len(TARGETS)
 
 
 def summarize(rows: list[dict[str, Any]], names: list[str], seeds: list[int], val_images: int) -> dict[str, Any]:
@@ -176,14 +197,15 @@ def summarize(rows: list[dict[str, Any]], names: list[str], seeds: list[int], va
     }
     for row in table.values():
         row["passes"] = all(row[f"val_{k}"] >= b for k, b in bar.items())
-    passing = [n for n, t in table.items() if t["passes"]]
-    chosen = min(passing, key=lambda n: table[n]["image_passes"]) if passing else None
+    passing = [n for n, t in table.items() if t["passes"] and t["image_passes"] <= BUDGET_PASSES]
+    chosen = max(passing, key=lambda n: mean_validation(table[n])) if passing else None
     bar = {k: round(b, 2) for k, b in bar.items()}
     return {
         "seeds": seeds,
         "val_images": val_images,
         "targets": TARGETS,
         "bar": bar,
+        "budget_passes": BUDGET_PASSES,
         "candidates": table,
         "chosen": chosen,
     }
@@ -192,7 +214,7 @@ def summarize(rows: list[dict[str, Any]], names: list[str], seeds: list[int], va
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", help="train only these candidates")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3])
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--json", action="store_true", help="print only the JSON summary line")
     args = parser.parse_args()

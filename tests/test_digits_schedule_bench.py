@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.digits_schedule import REFERENCE, SIX_PHASES, binomial_se, candidates, image_passes, summarize
+from bench.digits_schedule import (
+    BUDGET_PASSES,
+    REFERENCE,
+    SIX_PHASES,
+    binomial_se,
+    candidates,
+    image_passes,
+    summarize,
+)
 
 
 def _row(name: str, seed: int, passes: int, largest: float, smallest: float) -> dict:
@@ -18,20 +26,26 @@ def _row(name: str, seed: int, passes: int, largest: float, smallest: float) -> 
     }
 
 
-def test_the_cheapest_candidate_within_a_standard_error_of_the_reference_is_chosen():
+def test_the_best_passing_candidate_on_validation_within_the_budget_is_chosen():
     rows = [_row(REFERENCE, s, 58, 98.0, 96.0) for s in (0, 1)]
     rows += [_row("cheap_bad", s, 8, 95.0, 90.0) for s in (0, 1)]
-    rows += [_row("mid_ok", 0, 20, 97.0, 95.0), _row("mid_ok", 1, 20, 97.0, 95.8)]  # mean 95.4 smallest
+    rows += [_row("cheap_ok", 0, 12, 97.0, 95.0), _row("cheap_ok", 1, 12, 97.0, 95.8)]  # mean 95.4 smallest
+    rows += [_row("budget_better", s, BUDGET_PASSES, 97.5, 96.0) for s in (0, 1)]
+    rows += [_row("over_budget", s, BUDGET_PASSES + 1, 99.0, 99.0) for s in (0, 1)]
     rows += [_row("unfinished", 0, 5, 99.0, 99.0)]  # one seed only: not judged
-    summary = summarize(rows, [REFERENCE, "cheap_bad", "mid_ok", "unfinished"], [0, 1], 144)
+    names = [REFERENCE, "cheap_bad", "cheap_ok", "budget_better", "over_budget", "unfinished"]
+    summary = summarize(rows, names, [0, 1], 144)
     se = binomial_se(96.0, 144)
     assert se == pytest.approx(1.633, abs=1e-3)
     assert summary["bar"]["smallest"] == pytest.approx(96.0 - se, abs=0.01)
     assert "unfinished" not in summary["candidates"] and not summary["candidates"]["cheap_bad"]["passes"]
-    assert summary["chosen"] == "mid_ok"
+    assert summary["candidates"]["cheap_ok"]["passes"] and summary["candidates"]["over_budget"]["passes"]
+    assert summary["chosen"] == "budget_better"
     # above the demo's targets passes even where the reference is better still
     high = [_row(REFERENCE, s, 58, 100.0, 100.0) for s in (0, 1)] + [_row("x", s, 9, 98.5, 97.5) for s in (0, 1)]
     assert summarize(high, [REFERENCE, "x"], [0, 1], 144)["chosen"] == "x"
+    # nothing passes within the budget: nothing is chosen
+    assert summarize(rows[:4], [REFERENCE, "cheap_bad"], [0, 1], 144)["chosen"] is None
 
 
 def test_the_recipe_holds_the_chosen_schedule_and_the_reference_is_the_former_one():
@@ -39,9 +53,9 @@ def test_the_recipe_holds_the_chosen_schedule_and_the_reference_is_the_former_on
 
     from bench.digits_schedule import BASE, RECORD
 
-    assert image_passes(SIX_PHASES) == 58
+    assert image_passes(SIX_PHASES) == 58 and candidates()[REFERENCE]["phases"] == SIX_PHASES
     record = [yaml.safe_load(line) for line in RECORD.read_text().splitlines() if line.strip()]
-    summary = summarize(record, list(candidates()), [0, 1], 144)
-    recipe = yaml.safe_load(BASE.read_text())["phases"]
+    summary = summarize(record, list(candidates()), [0, 1, 2, 3], 144)
+    recipe = yaml.safe_load(BASE.read_text())
     chosen = candidates()[summary["chosen"]]
-    assert recipe == chosen
+    assert recipe["phases"] == chosen["phases"] and recipe["distill"] == chosen["distill"]

@@ -26,7 +26,7 @@ def test_digits_recipe_resolves_every_phase():
     assert depth.choices["depths"] == (1, 2, 3) and depth.choices["kernels"] == (3, 5)  # kernels carry over
     assert expand.choices["expands"] == (2, 3, 4) and expand.reorganize_channels and expand.subnets_per_step == 3
     assert r.data.name == "digits" and r.space.num_classes == 10
-    assert r.teacher_phase_index == 0
+    assert r.distill.teacher == "inplace" and r.teacher_phase_index is None  # no frozen teacher network
 
 
 def test_imagenet_recipe_follows_the_official_schedule(tmp_path):
