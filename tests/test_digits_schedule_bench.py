@@ -51,11 +51,11 @@ def test_the_best_passing_candidate_on_validation_within_the_budget_is_chosen():
 def test_the_recipe_holds_the_chosen_schedule_and_the_reference_is_the_former_one():
     import yaml
 
-    from bench.digits_schedule import BASE, RECORD
+    from bench.digits_schedule import BASE, RECORD, SEEDS
 
     assert image_passes(SIX_PHASES) == 58 and candidates()[REFERENCE]["phases"] == SIX_PHASES
     record = [yaml.safe_load(line) for line in RECORD.read_text().splitlines() if line.strip()]
-    summary = summarize(record, list(candidates()), [0, 1, 2, 3], 144)
+    summary = summarize(record, list(candidates()), SEEDS, 144)
     recipe = yaml.safe_load(BASE.read_text())
     chosen = candidates()[summary["chosen"]]
     assert recipe["phases"] == chosen["phases"] and recipe["distill"] == chosen["distill"]
