@@ -39,6 +39,7 @@ class Job:
 class Plan:
     jobs: tuple[Job, ...]
     waiting: tuple[str, ...]  # decisions that wait on runs pending or in progress
+    known: tuple[str, ...] = ()  # what the cache holds so far, for a study still running
 
 
 def parse_worker(text: str) -> tuple[int, int]:
@@ -109,7 +110,8 @@ def work(plan: Callable[[], Plan], claims: Path, worker: int = 0, workers: int =
 
 
 def plan_text(plan: Plan, claims: Path) -> list[str]:
-    """The pending runs (with their epochs and CPU estimate) and the decisions that wait, for `--plan`."""
+    """The pending runs (with their epochs and CPU estimate), the decisions that wait and what is known so far,
+    for `--plan`."""
     lines = [f"{'run':<52} {'kind':<8} {'epochs':>6} {'passes':>6} {'CPU s (est.)':>12}"]
     for j in plan.jobs:
         cpu = f"{j.cpu_estimate:.0f}" if j.cpu_estimate is not None else "?"
@@ -121,4 +123,5 @@ def plan_text(plan: Plan, claims: Path) -> list[str]:
         f"{len(known)} with one: {sum(known) / 3600:.2f} h"
     )
     lines += [f"waits: {w}" for w in plan.waiting]
+    lines += [f"known: {k}" for k in plan.known]
     return lines

@@ -21,7 +21,7 @@ for a scratch run), so an interrupted or extended benchmark reruns nothing it ha
 and a scratch run also resume from their last checkpoint (a scratch run's, at an epoch's end, lives in
 ``scratch-KEY/`` beside its record until the record is written). The pending runs are what the rules
 ask for given the cache (``--plan`` lists them with their epochs, and each twin's validation figures so
-far); ``--worker i/n`` shares them between n processes (see `bench.ps_jobs`), each planning again after
+far, read with them); ``--worker i/n`` shares them between n processes (see `bench.ps_jobs`), each planning again after
 every run. A recipe whose data is missing is skipped.
 
     python -m bench.ps_vs_scratch [--recipe digits|fashion|PATH] [--seeds 0 1] [--scratch-epochs N]
@@ -144,11 +144,13 @@ class Bench:
 
 @dataclass(frozen=True)
 class TwinState:
-    """A twin's pending runs and what waits on them, or (everything decided) its summary."""
+    """A twin's pending runs and what waits on them, or (everything decided) its summary; ``known``: its
+    validation figures so far, for `--plan`."""
 
     pending: tuple[ScratchRun, ...]
     waiting: str | None
     summary: dict[str, Any] | None
+    known: str = ""
 
 
 def _grid(b: Bench, arch: Arch) -> rules.GridState:
@@ -185,18 +187,33 @@ def _level(by_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _known(b: Bench, name: str, grid: rules.GridState, records: dict[int, dict[int, dict[str, Any]]]) -> str:
+    """A twin's lr grid's validation top-1 and each ladder level's seed mean so far: validation only, as every
+    choice is made on it."""
+    parts = [f"lr grid {', '.join(f'{b.base_lr * f:g}: {v:.2f}' for f, v in sorted(grid.val.items()))}"]
+    parts += [
+        f"{e} epochs {statistics.mean(r['val_top1'] for r in by_seed.values()):.2f} ({len(by_seed)} seed"
+        f"{'s' if len(by_seed) > 1 else ''})"
+        for e, by_seed in sorted(records.items())
+        if by_seed
+    ]
+    return f"{name} (validation top-1): {'; '.join(parts)}"
+
+
 def twin_state(b: Bench, name: str, arch: Arch) -> TwinState:
     """What the rules ask of one twin given the cache: its lr grid, then its ladder, then its summary."""
     grid = _grid(b, arch)
     if grid.pending:
         runs = tuple(ScratchRun(arch, b.base_lr * f, b.epochs, b.cfg.seeds[0]) for f in grid.pending)
-        return TwinState(runs, f"{name}: its lr, then its ladder, wait on the lr grid", None)
+        return TwinState(runs, f"{name}: its lr, then its ladder, wait on the lr grid", None, _known(b, name, grid, {}))
     lr = b.base_lr * grid.best
     state, records = _ladder(b, arch, lr)
+    known = _known(b, name, grid, records)
     if state.pending:
         need = {e: b.cfg.seeds[: rules.seeds_at(e, len(b.cfg.seeds), b.cfg.one_seed_after)] for e in state.pending}
         runs = tuple(ScratchRun(arch, lr, e, s) for e in state.pending for s in need[e] if s not in records.get(e, {}))
-        return TwinState(runs, f"{name}: the ladder waits on {', '.join(map(str, state.pending))} epochs", None)
+        waiting = f"{name}: the ladder waits on {', '.join(map(str, state.pending))} epochs"
+        return TwinState(runs, waiting, None, known)
     levels = {e: _level(records[e]) for e in state.levels}
     val = {e: level["val_seeds"] for e, level in levels.items()}
     best = rules.best_level(val, list(levels))
@@ -215,7 +232,7 @@ def twin_state(b: Bench, name: str, arch: Arch) -> TwinState:
         "bar_test": levels[best]["test_top1"],
         "train_images": records[b.epochs][b.cfg.seeds[0]]["train_images"],
     }
-    return TwinState((), None, summary)
+    return TwinState((), None, summary, known)
 
 
 def budget_basis(twin: dict[str, Any]) -> dict[str, Any]:
@@ -267,7 +284,7 @@ def ps_job(b: Bench, seed: int) -> Job:
 def plan(b: Bench) -> Plan:
     """The runs the rules ask for now (twins first, the supernets last) and the decisions that wait."""
     jobs: dict[str, Job] = {}
-    waiting = []
+    waiting, known = [], []
     if b.cfg.side in ("both", "scratch"):
         rates = _cpu_per_epoch(b)
         for name, arch in b.twins.items():
@@ -276,32 +293,14 @@ def plan(b: Bench) -> Plan:
                 job = scratch_job(b, name, run, rates)
                 jobs.setdefault(job.id, job)
             waiting += [state.waiting] if state.waiting else []
+            known.append(state.known)
     if b.cfg.side in ("both", "ps"):
         for seed in b.cfg.seeds:
             recipe = b.seed_recipe(seed)
             if not ps_eval_path(b.cfg.cache, recipe_digest(recipe), b.subnets).is_file():
                 job = ps_job(b, seed)
                 jobs[job.id] = job
-    return Plan(tuple(jobs.values()), tuple(waiting))
-
-
-def known_text(b: Bench) -> list[str]:
-    """What the cache holds so far, per twin, for a study still running (`--plan`): its lr grid's validation
-    top-1 and each ladder level's seed mean; validation only, as every choice is made on it."""
-    lines = []
-    for name, arch in b.twins.items():
-        grid = _grid(b, arch)
-        parts = [f"lr grid {', '.join(f'{b.base_lr * f:g}: {v:.2f}' for f, v in sorted(grid.val.items()))}"]
-        if not grid.pending:
-            _, records = _ladder(b, arch, b.base_lr * grid.best)
-            parts += [
-                f"{e} epochs {statistics.mean(r['val_top1'] for r in by_seed.values()):.2f} ({len(by_seed)} seed"
-                f"{'s' if len(by_seed) > 1 else ''})"
-                for e, by_seed in sorted(records.items())
-                if by_seed
-            ]
-        lines.append(f"known: {name} (validation top-1): {'; '.join(parts)}")
-    return lines
+    return Plan(tuple(jobs.values()), tuple(waiting), tuple(known))
 
 
 # ------------------------------------------------------------------------------ the comparison
@@ -474,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         b = Bench(cfg)
         claims = cfg.cache / "claims"
         if a.plan:
-            print("\n".join(plan_text(plan(b), claims) + (known_text(b) if cfg.side != "ps" else [])))
+            print("\n".join(plan_text(plan(b), claims)))
             return 0
         cfg.cache.mkdir(parents=True, exist_ok=True)
         work(partial(plan, b), claims, *cfg.worker)

@@ -240,7 +240,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "digits_schedule": Benchmark(
         ["-m", "bench.digits_schedule", "--json"],
-        "the demo's training schedule and teacher chosen on validation only (144 images, seeds 0 to 3): each "
+        "the demo's training schedule and teacher chosen on validation only (the row's seeds and images): each "
         "candidate's image passes and the largest and smallest subnet's validation top-1; of those within one binomial "
         "standard error of the former six-phase schedule (or above the demo's targets) and within the demo's "
         "training budget, the best on validation is the recipe's",

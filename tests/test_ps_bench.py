@@ -14,6 +14,7 @@ from helpers import TINY_RECIPE
 
 from bench import ps_ablation, ps_cost, ps_vs_scratch, run_all
 from bench import ps_rules as rules
+from bench.ps_jobs import Plan, plan_text
 from bench.ps_runs import ScratchRun
 from ofa.train import load_recipe
 
@@ -137,7 +138,8 @@ def test_one_seed_after_asks_only_the_first_seed_past_its_epochs(tmp_path, capsy
         record(bench.base_lr, 4, seed, val)
     state = ps_vs_scratch.twin_state(bench, "smallest", arch)
     assert [(r.epochs, r.seed) for r in state.pending] == [(8, 0)]  # 8 > 4 epochs: the first seed only
-    known = ps_vs_scratch.known_text(bench)  # --plan's view of a study still running: validation so far
+    states = tuple(ps_vs_scratch.twin_state(bench, n, a).known for n, a in bench.twins.items())
+    known = plan_text(Plan((), (), states), tmp_path)[2:]  # --plan's view of a study still running: validation so far
     grid = ", ".join(f"{bench.base_lr * f:g}: {v:.2f}" for f, v in zip(rules.LR_FACTORS, (70.0, 72.0, 71.0)))
     assert (
         known[0]
