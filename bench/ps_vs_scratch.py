@@ -151,18 +151,20 @@ class TwinState:
     waiting: str | None
     summary: dict[str, Any] | None
     known: str = ""
+    spent: dict[str, float] = dataclasses.field(default_factory=dict)  # CPU seconds of its finished runs, by key
 
 
-def _grid(b: Bench, arch: Arch) -> rules.GridState:
-    """The lr grid's state from the cache: factors found are fed to the rule until it asks for one not run."""
-    val: dict[float, float] = {}
+def _grid(b: Bench, arch: Arch) -> tuple[rules.GridState, dict[float, dict[str, Any]]]:
+    """The lr grid's state from the cache, and the records it read (factor -> record): factors found are fed to
+    the rule until it asks for one not run."""
+    records: dict[float, dict[str, Any]] = {}
     while True:
-        grid = rules.lr_grid(val, b.cfg.lr_factors, b.cfg.lr_extensions)
+        grid = rules.lr_grid({f: r["val_top1"] for f, r in records.items()}, b.cfg.lr_factors, b.cfg.lr_extensions)
         runs = {f: ScratchRun(arch, b.base_lr * f, b.epochs, b.cfg.seeds[0]) for f in grid.pending}
-        found = {f: r["val_top1"] for f, run in runs.items() if (r := scratch_record(b.recipe, run, b.cfg.cache))}
+        found = {f: r for f, run in runs.items() if (r := scratch_record(b.recipe, run, b.cfg.cache))}
         if not found:
-            return grid
-        val.update(found)
+            return grid, records
+        records.update(found)
 
 
 def _ladder(b: Bench, arch: Arch, lr: float) -> tuple[rules.Ladder, dict[int, dict[int, dict[str, Any]]]]:
@@ -200,20 +202,28 @@ def _known(b: Bench, name: str, grid: rules.GridState, records: dict[int, dict[i
     return f"{name} (validation top-1): {'; '.join(parts)}"
 
 
+def _spent(grid: dict[float, dict[str, Any]], ladder: dict[int, dict[int, dict[str, Any]]]) -> dict[str, float]:
+    """CPU seconds of each finished run a twin's rules read, by run key (the grid's run at the chosen lr is also
+    the ladder's first level: counted once)."""
+    runs = [*grid.values(), *(r for by_seed in ladder.values() for r in by_seed.values())]
+    return {r["key"]: r["cpu_seconds"] for r in runs}
+
+
 def twin_state(b: Bench, name: str, arch: Arch) -> TwinState:
     """What the rules ask of one twin given the cache: its lr grid, then its ladder, then its summary."""
-    grid = _grid(b, arch)
+    grid, grid_records = _grid(b, arch)
     if grid.pending:
         runs = tuple(ScratchRun(arch, b.base_lr * f, b.epochs, b.cfg.seeds[0]) for f in grid.pending)
-        return TwinState(runs, f"{name}: its lr, then its ladder, wait on the lr grid", None, _known(b, name, grid, {}))
+        waiting = f"{name}: its lr, then its ladder, wait on the lr grid"
+        return TwinState(runs, waiting, None, _known(b, name, grid, {}), _spent(grid_records, {}))
     lr = b.base_lr * grid.best
     state, records = _ladder(b, arch, lr)
-    known = _known(b, name, grid, records)
+    known, spent = _known(b, name, grid, records), _spent(grid_records, records)
     if state.pending:
         need = {e: b.cfg.seeds[: rules.seeds_at(e, len(b.cfg.seeds), b.cfg.one_seed_after)] for e in state.pending}
         runs = tuple(ScratchRun(arch, lr, e, s) for e in state.pending for s in need[e] if s not in records.get(e, {}))
         waiting = f"{name}: the ladder waits on {', '.join(map(str, state.pending))} epochs"
-        return TwinState(runs, waiting, None, known)
+        return TwinState(runs, waiting, None, known, spent)
     levels = {e: _level(records[e]) for e in state.levels}
     val = {e: level["val_seeds"] for e, level in levels.items()}
     best = rules.best_level(val, list(levels))
@@ -232,7 +242,7 @@ def twin_state(b: Bench, name: str, arch: Arch) -> TwinState:
         "bar_test": levels[best]["test_top1"],
         "train_images": records[b.epochs][b.cfg.seeds[0]]["train_images"],
     }
-    return TwinState((), None, summary, known)
+    return TwinState((), None, summary, known, spent)
 
 
 def budget_basis(twin: dict[str, Any]) -> dict[str, Any]:
@@ -282,24 +292,28 @@ def ps_job(b: Bench, seed: int) -> Job:
 
 
 def plan(b: Bench) -> Plan:
-    """The runs the rules ask for now (twins first, the supernets last) and the decisions that wait."""
+    """The runs the rules ask for now (twins first, the supernets last), the decisions that wait, and what both
+    sides' finished runs hold so far (whichever side runs)."""
     jobs: dict[str, Job] = {}
-    waiting, known = [], []
-    if b.cfg.side in ("both", "scratch"):
-        rates = _cpu_per_epoch(b)
-        for name, arch in b.twins.items():
-            state = twin_state(b, name, arch)
+    waiting, known, spent = [], [], {}
+    rates = _cpu_per_epoch(b)
+    for name, arch in b.twins.items():
+        state = twin_state(b, name, arch)
+        if b.cfg.side in ("both", "scratch"):
             for run in state.pending:
                 job = scratch_job(b, name, run, rates)
                 jobs.setdefault(job.id, job)
             waiting += [state.waiting] if state.waiting else []
-            known.append(state.known)
-    if b.cfg.side in ("both", "ps"):
-        for seed in b.cfg.seeds:
-            recipe = b.seed_recipe(seed)
-            if not ps_eval_path(b.cfg.cache, recipe_digest(recipe), b.subnets).is_file():
-                job = ps_job(b, seed)
-                jobs[job.id] = job
+        known.append(state.known)
+        spent |= state.spent
+    for seed in b.cfg.seeds:
+        path = ps_eval_path(b.cfg.cache, recipe_digest(b.seed_recipe(seed)), b.subnets)
+        if path.is_file():
+            spent[path.parent.name] = read_json(path, "cached benchmark run")["cpu_seconds"]
+        elif b.cfg.side in ("both", "ps"):
+            job = ps_job(b, seed)
+            jobs[job.id] = job
+    known.append(f"finished so far: {len(spent)} runs, {sum(spent.values()) / 3600:.2f} CPU-h")
     return Plan(tuple(jobs.values()), tuple(waiting), tuple(known))
 
 

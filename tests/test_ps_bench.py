@@ -128,7 +128,8 @@ def test_one_seed_after_asks_only_the_first_seed_past_its_epochs(tmp_path, capsy
 
     def record(lr: float, epochs: int, seed: int, val: float) -> None:
         run = ScratchRun(arch, lr, epochs, seed)
-        fields = {"val_top1": val, "test_top1": val, "cpu_seconds": 1.0, "seconds": 1.0, "train_images": 64}
+        fields = {"key": run.key(bench.recipe), "val_top1": val, "test_top1": val, "cpu_seconds": 900.0}
+        fields |= {"arch": run.arch.to_dict(), "seconds": 1.0, "train_images": 64}
         (tmp_path / f"scratch-{run.key(bench.recipe)}.json").write_text(json.dumps(fields))
 
     for factor, val in zip(rules.LR_FACTORS, (70.0, 72.0, 71.0), strict=True):  # the grid's best: the middle
@@ -146,6 +147,8 @@ def test_one_seed_after_asks_only_the_first_seed_past_its_epochs(tmp_path, capsy
         == f"known: smallest (validation top-1): lr grid {grid}; 2 epochs 72.20 (2 seeds); 4 epochs 75.20 (2 seeds)"
     )
     assert known[1].startswith("known: middle (validation top-1): lr grid ") and "epochs" not in known[1]
+    # the grid's run at the chosen lr is the ladder's first level too: 6 runs, not 7, whichever side runs
+    assert ps_vs_scratch.plan(bench).known[-1] == "finished so far: 6 runs, 1.50 CPU-h"
     record(bench.base_lr, 8, 0, 75.3)
     twin = ps_vs_scratch.twin_state(bench, "smallest", arch).summary
     assert twin["converged_epochs"] == 4 and twin["levels"]["8"]["val_seeds"] == [75.3]
