@@ -4,13 +4,18 @@
 most of it. Each candidate is a progressive-shrinking schedule for `recipes/digits.yaml` (its space, data and
 optimizer; only ``phases`` and the teacher differ: the frozen full network, or in-place distillation, where
 each step's largest subnet teaches the others and no teacher runs), trained with ``--seeds`` and judged only
-on the validation split: the largest and the smallest subnet's top-1 at the end, averaged over the seeds
-(``SEEDS``). A candidate passes when both are within one binomial standard error (on the validation images) of
-the six-phase paper schedule the recipe had before, trained the same way, or above the demo's targets (largest
-≥ 98.5%, smallest ≥ 97.5%); the chosen schedule is the passing one, within the demo's training budget
-(``BUDGET_PASSES`` image passes, Σ epochs × subnets per step: the deterministic cost; training seconds are
-shown beside it), that is best on validation (the mean of the two figures): the pipeline fits its time at that
-budget, and the accuracy targets are what the demo still misses. The test split is never read here.
+on validation: the largest and the smallest subnet's top-1 at the end, averaged over the seeds (``SEEDS``).
+Each seed also draws its own train/validation partition (``data.val_seed``; the test split stays the
+recipe's): 144 validation images hold so few errors that one fixed split's luck would be in every seed's
+figure alike, where several partitions average it out. A candidate passes when both are within one binomial
+standard error (on one seed's validation images) of the six-phase paper schedule the recipe had before,
+trained the same way, or above the demo's targets (largest ≥ 98.5%, smallest ≥ 97.5%); the chosen schedule
+is the passing one, within the demo's training budget (``BUDGET_PASSES`` image passes, Σ epochs × subnets per
+step: the deterministic cost; training seconds are shown beside it), that is best on validation (the mean of
+the two figures): the pipeline fits its time at that budget, and the accuracy targets are what the demo still
+misses. Where none within the budget passes, the best on validation within it is chosen all the same, flagged
+(``chosen_passes``): the demo trains what its time allows, and the row shows how far below the bar that falls.
+The test split is never read here.
 
     python -m bench.digits_schedule [--only NAME ...] [--seeds 0 1 2 3] [--threads 1] [--json]
 
@@ -27,11 +32,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 
 from bench.common import DATA, ROOT
 from ofa.data.datasets import build_data
+from ofa.data.loaders import make_loader
+from ofa.families.registry import family_of, load_supernet
+from ofa.train.bn import CalibrationBatches
+from ofa.train.evaluate import evaluate_arch
 from ofa.train.loop import train
 from ofa.train.ps_report import corners
 from ofa.train.recipe import load_recipe
@@ -40,8 +50,10 @@ BASE = ROOT / "recipes" / "digits.yaml"
 RECORD = DATA / "digits_schedule" / "runs.jsonl"
 WORK = ROOT / "runs" / "bench" / "digits_schedule"
 TARGETS = {"largest": 98.5, "smallest": 97.5}  # the demo's test targets (top-1 %)
+FIGURES = (*TARGETS, "random")  # "random": the mean of RANDOM_SUBNETS seeded subnets, what the search exports
+RANDOM_SUBNETS = 5
 REFERENCE = "six_phase"  # the former schedule: a candidate within one standard error of it passes too
-SEEDS = [0, 1, 2, 3]  # on 144 validation images one seed's figure moves by points
+SEEDS = [0, 1, 2, 3]  # on 144 validation images one seed's figure moves by points; each seed its own partition
 BUDGET_PASSES = 21  # image passes the demo trains at most: its pipeline's time (the pipeline_demo row) holds there
 
 
@@ -120,6 +132,8 @@ def candidates() -> dict[str, dict[str, Any]]:
         "ps4_3-1-1-4": shrinking(3, 1, 1, 4),
         "ps4_3-1-1-4_x3": shrinking(3, 1, 1, 4, subnets=3),
         "ps4_4-1-2-4": shrinking(4, 1, 2, 4),
+        "ps4_6-1-2-4": shrinking(6, 1, 2, 4),
+        "ps4_5-1-2-5": shrinking(5, 1, 2, 5),
         "six_4-1-1-1-1-2": paper_six([4, 1, 1, 1, 1, 2]),
         REFERENCE: SIX_PHASES,
     }
@@ -127,6 +141,7 @@ def candidates() -> dict[str, dict[str, Any]]:
         "ps4_3-1-1-2_x3_inplace": shrinking(3, 1, 1, 2, subnets=3),
         "ps4_3-1-1-4_inplace": shrinking(3, 1, 1, 4),
         "ps4_3-1-1-4_x3_inplace": shrinking(3, 1, 1, 4, subnets=3),
+        "ps4_4-1-2-4_inplace": shrinking(4, 1, 2, 4),
     }
     return {
         **{name: {"phases": phases, "distill": FROZEN} for name, phases in frozen.items()},
@@ -139,8 +154,21 @@ def image_passes(phases: list[dict[str, Any]]) -> int:
     return sum((p["epochs"] + p.get("warmup_epochs", 0)) * p.get("subnets_per_step", 1) for p in phases)
 
 
+def random_validation(run: Path) -> float:
+    """The mean validation top-1 of ``RANDOM_SUBNETS`` seeded random subnets (the same ones for every run), each
+    BN-recalibrated as training's evaluation does: a schedule that trains only the corners leaves the subnets
+    between them, which the demo's search exports, behind."""
+    recipe = load_recipe(run / "recipe.yaml")
+    data, net = build_data(recipe.data), load_supernet(run / "supernet.pt")
+    rng, sample = np.random.default_rng(0), family_of(recipe.space).sample_arch
+    calib = CalibrationBatches(make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1))
+    val = make_loader(data.val, recipe.data.eval_batch_size, shuffle=False, seed=0)
+    archs = [sample(recipe.space, rng) for _ in range(RANDOM_SUBNETS)]
+    return sum(evaluate_arch(net, a, calib, val, recipe.eval.calib_batches)["top1"] for a in archs) / len(archs)
+
+
 def final_validation(run: Path) -> dict[str, Any]:
-    """The largest and smallest subnet's validation top-1 at the end, and the training seconds."""
+    """The largest, smallest and random subnets' validation top-1 at the end, and the training seconds."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     last = [r for r in rows if r.get("kind") == "eval" and r.get("split") == "val"][-1]
     found = corners(load_recipe(run / "recipe.yaml").space, last["subnets"])
@@ -148,6 +176,7 @@ def final_validation(run: Path) -> dict[str, Any]:
     return {
         "val_largest": found["largest"]["top1"],
         "val_smallest": found["smallest"]["top1"],
+        "val_random": round(random_validation(run), 2),
         "train_seconds": seconds,
     }
 
@@ -157,9 +186,16 @@ def run_one(name: str, keys: dict[str, Any], seed: int, base: dict[str, Any]) ->
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     recipe_path = out / "candidate.yaml"
-    recipe_path.write_text(yaml.safe_dump({**base, "seed": seed, **keys}, sort_keys=False))
+    data = {**base["data"], "val_seed": seed}  # this seed's own validation images, the same test split
+    recipe_path.write_text(yaml.safe_dump({**base, "seed": seed, "data": data, **keys}, sort_keys=False))
     train(load_recipe(recipe_path), out / "run")
-    return {"name": name, "seed": seed, "image_passes": image_passes(keys["phases"]), **final_validation(out / "run")}
+    return {
+        "name": name,
+        "seed": seed,
+        "val_seed": seed,
+        "image_passes": image_passes(keys["phases"]),
+        **final_validation(out / "run"),
+    }
 
 
 def read_record() -> list[dict[str, Any]]:
@@ -175,8 +211,19 @@ def binomial_se(top1: float, images: int) -> float:
 
 
 def mean_validation(row: dict[str, Any]) -> float:
-    """The largest and smallest subnet's validation top-1, averaged: what chooses among passing candidates."""
-    return sum(row[f"val_{k}"] for k in TARGETS) / len(TARGETS)
+    """The largest, smallest and random subnets' validation top-1, averaged: what chooses among candidates."""
+    return sum(row[f"val_{k}"] for k in FIGURES) / len(FIGURES)
+
+
+def bar_of(reference: dict[str, Any] | None, val_images: int) -> dict[str, float]:
+    """What a candidate must reach per figure: one binomial standard error below the reference, or the demo's
+    target where that is lower (the random subnets have none)."""
+    bar = (
+        {k: reference[f"val_{k}"] - binomial_se(reference[f"val_{k}"], val_images) for k in FIGURES}
+        if reference
+        else {}
+    )
+    return {k: min(TARGETS[k], bar.get(k, TARGETS[k])) if k in TARGETS else bar.get(k, 0.0) for k in FIGURES}
 
 
 def summarize(rows: list[dict[str, Any]], names: list[str], seeds: list[int], val_images: int) -> dict[str, Any]:
@@ -188,17 +235,14 @@ def summarize(rows: list[dict[str, Any]], names: list[str], seeds: list[int], va
             table[name] = {
                 "image_passes": done[0]["image_passes"],
                 "train_seconds": round(sum(r["train_seconds"] for r in done) / len(done), 1),
-                **{f"val_{k}": round(sum(r[f"val_{k}"] for r in done) / len(done), 2) for k in TARGETS},
+                **{f"val_{k}": round(sum(r[f"val_{k}"] for r in done) / len(done), 2) for k in FIGURES},
             }
-    reference = table.get(REFERENCE)
-    bar = {
-        k: min(t, reference[f"val_{k}"] - binomial_se(reference[f"val_{k}"], val_images)) if reference else t
-        for k, t in TARGETS.items()
-    }
+    bar = bar_of(table.get(REFERENCE), val_images)
     for row in table.values():
         row["passes"] = all(row[f"val_{k}"] >= b for k, b in bar.items())
-    passing = [n for n, t in table.items() if t["passes"] and t["image_passes"] <= BUDGET_PASSES]
-    chosen = max(passing, key=lambda n: mean_validation(table[n])) if passing else None
+    within = [n for n, t in table.items() if t["image_passes"] <= BUDGET_PASSES]
+    passing = [n for n in within if table[n]["passes"]]
+    chosen = max(passing or within, key=lambda n: mean_validation(table[n])) if within else None
     bar = {k: round(b, 2) for k, b in bar.items()}
     return {
         "seeds": seeds,
@@ -208,6 +252,7 @@ def summarize(rows: list[dict[str, Any]], names: list[str], seeds: list[int], va
         "budget_passes": BUDGET_PASSES,
         "candidates": table,
         "chosen": chosen,
+        "chosen_passes": chosen in passing,
     }
 
 
@@ -246,7 +291,8 @@ def main() -> int:
                 f"{name}: {t['image_passes']} image passes, {t['train_seconds']} s; validation largest "
                 f"{t['val_largest']}%, smallest {t['val_smallest']}% ({verdict})"
             )
-        print(f"bar on {val_images} validation images: {summary['bar']}; chosen: {summary['chosen']}")
+        below = "" if summary["chosen_passes"] else " (below the bar: none within the budget passes)"
+        print(f"bar on {val_images} validation images: {summary['bar']}; chosen: {summary['chosen']}{below}")
     print(json.dumps(summary))
     return 0
 

@@ -61,6 +61,21 @@ def test_val_size_takes_validation_from_outside_the_training_subset():
     assert "val_size" not in DataConfig().to_dict() and DataConfig(val_size=5).to_dict()["val_size"] == 5
 
 
+def test_val_seed_draws_another_validation_split_and_keeps_the_test_split():
+    base = {"name": "digits", "image_size": 8, "augment": "none"}
+    ids = {
+        k: build_data({**base, **k_cfg})
+        for k, k_cfg in (("default", {}), ("0", {"val_seed": 0}), ("1", {"val_seed": 1}))
+    }
+    val = {k: set(b.val.indices.tolist()) for k, b in ids.items()}
+    assert val["default"] == val["0"] and val["1"] != val["0"] and len(val["1"]) == 144  # null: the data seed
+    assert len(set.union(*(set(b.test.indices.tolist()) for b in ids.values()))) == 360  # one test split for all
+    assert not val["1"] & set(ids["1"].train.indices.tolist())
+    with pytest.raises(ConfigError, match=r"data.val_seed: must be >= 0 or null"):
+        build_data({**base, "val_seed": -1})
+    assert "val_seed" not in DataConfig().to_dict() and DataConfig(val_seed=3).to_dict()["val_seed"] == 3
+
+
 def test_augmentation_is_seeded_per_epoch_and_train_only():
     b = build_data({"name": "digits", "image_size": 16})
     a0 = b.train[5][0]

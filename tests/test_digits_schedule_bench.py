@@ -1,4 +1,4 @@
-"""The demo-schedule benchmark's verdict: within one standard error of the reference on validation, cheapest wins."""
+"""The demo-schedule benchmark's verdict: the best on validation within the budget, passing the bar where one does."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ from bench.digits_schedule import (
 )
 
 
-def _row(name: str, seed: int, passes: int, largest: float, smallest: float) -> dict:
+def _row(name: str, seed: int, passes: int, largest: float, smallest: float, random: float = 90.0) -> dict:
     return {
         "name": name,
         "seed": seed,
         "image_passes": passes,
         "val_largest": largest,
         "val_smallest": smallest,
+        "val_random": random,
         "train_seconds": 1.0,
     }
 
@@ -40,12 +41,22 @@ def test_the_best_passing_candidate_on_validation_within_the_budget_is_chosen():
     assert summary["bar"]["smallest"] == pytest.approx(96.0 - se, abs=0.01)
     assert "unfinished" not in summary["candidates"] and not summary["candidates"]["cheap_bad"]["passes"]
     assert summary["candidates"]["cheap_ok"]["passes"] and summary["candidates"]["over_budget"]["passes"]
-    assert summary["chosen"] == "budget_better"
+    assert summary["chosen"] == "budget_better" and summary["chosen_passes"]
     # above the demo's targets passes even where the reference is better still
     high = [_row(REFERENCE, s, 58, 100.0, 100.0) for s in (0, 1)] + [_row("x", s, 9, 98.5, 97.5) for s in (0, 1)]
     assert summarize(high, [REFERENCE, "x"], [0, 1], 144)["chosen"] == "x"
-    # nothing passes within the budget: nothing is chosen
-    assert summarize(rows[:4], [REFERENCE, "cheap_bad"], [0, 1], 144)["chosen"] is None
+    # ... but not where the subnets between the corners, which the search exports, were left behind
+    corners_only = high[:2] + [_row("corners_only", s, 9, 98.5, 97.5, random=80.0) for s in (0, 1)]
+    left_behind = summarize(corners_only, [REFERENCE, "corners_only"], [0, 1], 144)
+    assert left_behind["bar"]["random"] == pytest.approx(90.0 - binomial_se(90.0, 144), abs=0.01)
+    assert left_behind["chosen"] == "corners_only" and not left_behind["chosen_passes"]
+    # nothing passes within the budget: the best on validation within it is chosen, flagged as below the bar
+    bad = [_row(REFERENCE, s, 58, 99.0, 99.0) for s in (0, 1)] + rows[2:6]
+    bad += [_row("late", s, BUDGET_PASSES + 1, 99.0, 99.0) for s in (0, 1)]
+    fallback = summarize(bad, [REFERENCE, "cheap_bad", "cheap_ok", "late"], [0, 1], 144)
+    assert not any(fallback["candidates"][n]["passes"] for n in ("cheap_bad", "cheap_ok"))
+    assert fallback["chosen"] == "cheap_ok" and not fallback["chosen_passes"]  # "late" passes, over the budget
+    assert summarize(rows[:2], [REFERENCE], [0, 1], 144)["chosen"] is None  # nothing within the budget at all
 
 
 def test_the_recipe_holds_the_chosen_schedule_and_the_reference_is_the_former_one():

@@ -48,14 +48,18 @@ class DataConfig:
     test_split: str | None = "test"
     augment: Literal["none", "light", "crop_flip", "inception"] = "light"
     seed: int = 0
+    # seed of the train/validation partition alone (null: ``seed``): another partition, the test split unchanged,
+    # so repeated runs can each hold out other validation images (repeated random sub-sampling validation)
+    val_seed: int | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def to_dict(self) -> dict[str, Any]:
         d = section_to_dict(self)
-        if self.val_size is None:  # a recipe without it keeps the digest its cached runs are stored under
-            del d["val_size"]
+        for key in ("val_size", "val_seed"):  # a recipe without them keeps the digest its cached runs are stored under
+            if d[key] is None:
+                del d[key]
         return d
 
 
@@ -81,6 +85,8 @@ def parse_data_config(value: Any, where: str = "data") -> DataConfig:
         fail("std", "mean and std must be given together, with one value per channel")
     if cfg.std is not None and min(cfg.std) <= 0:
         fail("std", f"must be positive, got {list(cfg.std)}")
+    if cfg.val_seed is not None and cfg.val_seed < 0:
+        fail("val_seed", f"must be >= 0 or null (the data seed), got {cfg.val_seed}")
     if cfg.val_size is not None and cfg.val_size < 1:
         fail("val_size", f"must be a positive number of images or null, got {cfg.val_size}")
     for key in ("train_subset", "test_subset"):

@@ -230,8 +230,9 @@ def _train_and_val(
     over), so a large validation split costs no training images and every choice can be made on it;
     without it, validation is ``val_fraction`` of the subset, as before.
     """
+    val_seed = cfg.seed if cfg.val_seed is None else cfg.val_seed
     if cfg.val_size is None:
-        return _split(_subset(indices, labels, cfg.train_subset, cfg.seed), labels, cfg.val_fraction, cfg.seed)
+        return _split(_subset(indices, labels, cfg.train_subset, cfg.seed), labels, cfg.val_fraction, val_seed)
     train = _subset(indices, labels, cfg.train_subset, cfg.seed)
     whole = cfg.train_subset is None  # no subset: validation from the whole split, training on the rest
     left = indices if whole else np.setdiff1d(indices, train)
@@ -241,8 +242,8 @@ def _train_and_val(
             "outside train_subset"
         )
     if whole:
-        return _split(indices, labels, cfg.val_size, cfg.seed)
-    return train, _subset(left, labels, cfg.val_size, cfg.seed)
+        return _split(indices, labels, cfg.val_size, val_seed)
+    return train, _subset(left, labels, cfg.val_size, val_seed)
 
 
 def _labels_of(ds: Any) -> np.ndarray | None:
