@@ -242,7 +242,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         ["-m", "bench.digits_schedule", "--json"],
         "the demo's training schedule and teacher chosen on validation only (the row's seeds, each with its own "
         "train/validation partition of that many images): each candidate's image passes and the validation top-1 "
-        "of the largest and smallest subnet and of 5 seeded random ones (what the search exports lies between "
+        "of the largest and smallest subnet and of seeded random ones (what the search exports lies between "
         "them); within the demo's training budget the best on validation of those within one binomial standard "
         "error of the former six-phase schedule (or above the demo's targets) is the recipe's, or where none is, "
         "the best of all, below the bar",
