@@ -135,6 +135,7 @@ def candidates() -> dict[str, dict[str, Any]]:
         "ps4_4-1-2-4": shrinking(4, 1, 2, 4),
         "ps4_6-1-2-4": shrinking(6, 1, 2, 4),
         "ps4_5-1-2-5": shrinking(5, 1, 2, 5),
+        "ps4_5-1-2-5_x3": shrinking(5, 1, 2, 5, subnets=3),  # over the budget: what a larger one would buy
         "six_4-1-1-1-1-2": paper_six([4, 1, 1, 1, 1, 2]),
         REFERENCE: SIX_PHASES,
     }
@@ -143,6 +144,7 @@ def candidates() -> dict[str, dict[str, Any]]:
         "ps4_3-1-1-4_inplace": shrinking(3, 1, 1, 4),
         "ps4_3-1-1-4_x3_inplace": shrinking(3, 1, 1, 4, subnets=3),
         "ps4_4-1-2-4_inplace": shrinking(4, 1, 2, 4),
+        "ps4_4-1-2-4_x3_inplace": shrinking(4, 1, 2, 4, subnets=3),  # over the budget too
     }
     return {
         **{name: {"phases": phases, "distill": FROZEN} for name, phases in frozen.items()},
