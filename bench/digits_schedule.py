@@ -38,14 +38,12 @@ import torch
 import yaml
 
 from bench.common import DATA, ROOT
+from bench.ps_runs import evaluate_supernet
 from ofa.data.datasets import build_data
-from ofa.data.loaders import make_loader
-from ofa.families.registry import family_of, load_supernet
-from ofa.train.bn import CalibrationBatches
-from ofa.train.evaluate import evaluate_arch
+from ofa.families.registry import family_of
 from ofa.train.loop import train
 from ofa.train.ps_report import corners
-from ofa.train.recipe import load_recipe
+from ofa.train.recipe import Recipe, load_recipe
 
 BASE = ROOT / "recipes" / "digits.yaml"
 RECORD = DATA / "digits_schedule" / "runs.jsonl"
@@ -157,29 +155,27 @@ def image_passes(phases: list[dict[str, Any]]) -> int:
     return sum((p["epochs"] + p.get("warmup_epochs", 0)) * p.get("subnets_per_step", 1) for p in phases)
 
 
-def random_validation(run: Path) -> float:
+def random_validation(run: Path, recipe: Recipe) -> float:
     """The mean validation top-1 of ``RANDOM_SUBNETS`` seeded random subnets (the same ones for every run), each
     BN-recalibrated as training's evaluation does: a schedule that trains only the corners leaves the subnets
-    between them, which the demo's search exports, behind."""
-    recipe = load_recipe(run / "recipe.yaml")
-    data, net = build_data(recipe.data), load_supernet(run / "supernet.pt")
+    between them, which the demo's search exports, behind. The test split is not read."""
     rng, sample = np.random.default_rng(0), family_of(recipe.space).sample_arch
-    calib = CalibrationBatches(make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1))
-    val = make_loader(data.val, recipe.data.eval_batch_size, shuffle=False, seed=0)
-    archs = [sample(recipe.space, rng) for _ in range(RANDOM_SUBNETS)]
-    return sum(evaluate_arch(net, a, calib, val, recipe.eval.calib_batches)["top1"] for a in archs) / len(archs)
+    subnets = {str(i): sample(recipe.space, rng) for i in range(RANDOM_SUBNETS)}
+    top1 = evaluate_supernet(run / "supernet.pt", recipe, subnets, build_data(recipe.data), splits=("val",))
+    return sum(top1["val_top1"].values()) / RANDOM_SUBNETS
 
 
 def final_validation(run: Path) -> dict[str, Any]:
     """The largest, smallest and random subnets' validation top-1 at the end, and the training seconds."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     last = [r for r in rows if r.get("kind") == "eval" and r.get("split") == "val"][-1]
-    found = corners(load_recipe(run / "recipe.yaml").space, last["subnets"])
+    recipe = load_recipe(run / "recipe.yaml")
+    found = corners(recipe.space, last["subnets"])
     seconds = max(r["elapsed_s"] for r in rows if r.get("kind") == "phase")  # since training began
     return {
         "val_largest": found["largest"]["top1"],
         "val_smallest": found["smallest"]["top1"],
-        "val_random": round(random_validation(run), 2),
+        "val_random": round(random_validation(run, recipe), 2),
         "train_seconds": seconds,
     }
 

@@ -71,16 +71,19 @@ def ps_images(recipe: Recipe, train_images: int) -> dict[str, int]:
     return {"images_read": read, "train_images": passes}
 
 
-def evaluate_supernet(path: Path, recipe: Recipe, subnets: dict[str, Arch], data: DataBundle) -> dict[str, Any]:
-    """Validation and test top-1 of each subnet of the supernet at ``path`` (BN recalibrated on training images)."""
+def evaluate_supernet(
+    path: Path, recipe: Recipe, subnets: dict[str, Arch], data: DataBundle, splits: tuple[str, ...] = SPLITS
+) -> dict[str, Any]:
+    """Top-1 of each subnet of the supernet at ``path`` on each of ``splits`` (BN recalibrated on training
+    images)."""
     net = load_supernet(path)
     calib = CalibrationBatches(make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1))
-    top1: dict[str, dict[str, float]] = {split: {} for split in SPLITS}
-    for split in SPLITS:
+    top1: dict[str, dict[str, float]] = {split: {} for split in splits}
+    for split in splits:
         loader = make_loader(getattr(data, split), recipe.data.eval_batch_size, shuffle=False, seed=0)
         for name, arch in subnets.items():
             top1[split][name] = evaluate_arch(net, arch, calib, loader, recipe.eval.calib_batches)["top1"]
-    return {f"{split}_top1": top1[split] for split in SPLITS}
+    return {f"{split}_top1": top1[split] for split in splits}
 
 
 def ps_eval_path(cache: Path, key: str, subnets: dict[str, Arch]) -> Path:

@@ -296,10 +296,11 @@ def plan(b: Bench) -> Plan:
     sides' finished runs hold so far (whichever side runs)."""
     jobs: dict[str, Job] = {}
     waiting, known, spent = [], [], {}
-    rates = _cpu_per_epoch(b)
+    scratch = b.cfg.side in ("both", "scratch")
+    rates = _cpu_per_epoch(b) if scratch else {}  # every cached record read: only for the jobs' estimates
     for name, arch in b.twins.items():
         state = twin_state(b, name, arch)
-        if b.cfg.side in ("both", "scratch"):
+        if scratch:
             for run in state.pending:
                 job = scratch_job(b, name, run, rates)
                 jobs.setdefault(job.id, job)
