@@ -21,6 +21,8 @@ from helpers import TINY_RECIPE as TINY
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.train import load_recipe, train
+from ofa.train.launch import split_batch, train_processes
+from ofa.utils.errors import OFAError
 
 # No dropout (its masks are per process), and a short schedule: full network, then the sandwich
 # phase with channel reorganization and the teacher. One resolution and a smaller training split (4 steps
@@ -110,3 +112,29 @@ def test_pipeline_under_torchrun_shards_collection_and_leaves_the_rest_to_rank_0
     state = json.loads((out / "pipeline.json").read_text())
     assert set(state) == {"train", "collect", "fit", "search", "export arch_1000ms"}
     assert (out / "export" / "arch_1000ms.onnx").is_file() and (out / "summary.md").is_file()
+
+
+def test_train_processes_spawns_ranks_that_train_what_one_process_trains(tmp_path):
+    """`train_processes` (the pipeline's ``train_processes``, no torchrun): 2 spawned ranks, each with half the
+    batch and half the micro-batches, end with one process's weights."""
+    recipe = load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=2"])
+    spawned = torch.load(train_processes(recipe, tmp_path / "spawned", 2), weights_only=True)
+    single = torch.load(train(recipe, tmp_path / "single"), weights_only=True)
+    params = [k for k, v in single["state_dict"].items() if v.is_floating_point() and "running_" not in k]
+    worst = max((spawned["state_dict"][k] - single["state_dict"][k]).abs().max().item() for k in params)
+    assert worst < 1e-5, f"largest weight difference {worst}"
+    assert spawned["meta"]["recipe"]["data"]["batch_size"] == 8  # each rank's share
+    with pytest.raises(OFAError, match="already holds a training run"):  # a rank's error, one line, here
+        train_processes(recipe, tmp_path / "spawned", 2)
+
+
+def test_train_processes_must_divide_the_batch_and_the_micro_batches():
+    recipe = load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=1"])
+    with pytest.raises(OFAError, match=r"pipeline.train_processes / --train-processes: 2 processes must divide "):
+        split_batch(recipe, 2, "pipeline.train_processes / --train-processes")
+    assert (
+        split_batch(
+            load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=4"]), 2
+        ).schedule.micro_batches
+        == 2
+    )

@@ -31,11 +31,12 @@ from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.timing import Standalone
 from ofa.pipeline.summary import budget_notes, format_seconds, format_summary, summary_row
 from ofa.runtime.runtimes import runtime_info
-from ofa.train import Recipe, load_recipe, train
+from ofa.train import Recipe, load_recipe
 from ofa.train.distributed import DistEnv, process_group
+from ofa.train.launch import split_batch, train_processes
 from ofa.train.recipe import PipelineSettings
 from ofa.utils.errors import OFAError
-from ofa.utils.fields import field_of
+from ofa.utils.fields import field_label, field_of
 from ofa.utils.io import file_sha256, read_json, write_json, write_text
 from search.find import search_device
 from search.latency import LatencyTable
@@ -87,6 +88,7 @@ class PipelineConfig:
             "help": "override a recipe value, e.g. --set schedule.seed=1 or --set pipeline.subnets=50 (repeatable)",
         },
     )
+    train_processes: int | None = field(default=None, metadata=_setting("train_processes"))
     targets_ms: tuple[float, ...] | None = field(default=None, metadata=_setting("targets_ms"))
     subnets: int | None = field(default=None, metadata=_setting("subnets"))
     calib_batches: int | None = field(default=None, metadata=_setting("calib_batches"))
@@ -205,9 +207,15 @@ class Pipeline:
     def train(self, recipe: Recipe) -> Path:
         supernet = self.out / "supernet.pt"
         start = [file_sha256(recipe.init.supernet)] if recipe.init.supernet else []  # a new start file: train again
-        key = digest([recipe.training_dict(), *start])
+        processes = 1 if self.env.distributed else self.settings.train_processes  # torchrun's ranks: as they are
+        trained = recipe  # what each process trains: its share of the batch, in the key (dropout masks differ)
+        if processes > 1:
+            trained = split_batch(recipe, processes, field_label(PipelineSettings, "train_processes", "pipeline"))
+            start.append(processes)
+        key = digest([trained.training_dict(), *start])
         if not self.done("train", key, [supernet]):
-            train(recipe, self.out, resume=(self.out / "checkpoints").is_dir() or supernet.exists())
+            resume = (self.out / "checkpoints").is_dir() or supernet.exists()
+            train_processes(recipe, self.out, processes, resume=resume)
             self.mark("train", key)
         return supernet
 

@@ -15,6 +15,14 @@ class PipelineSettings:
     """What `ofa pipeline` does after training (its flags, named here, override each key); not part of what is
     trained. Errors name the key and its flag: ``pipeline.subnets / --subnets``."""
 
+    train_processes: int = field(
+        default=1,
+        metadata={
+            "metavar": "N",
+            "help": "train on N local processes (data-parallel, each with its share of the batch and of the "
+            "threads); under torchrun the ranks are torchrun's",
+        },
+    )
     subnets: int = field(default=100, metadata={"metavar": "N", "help": "subnets measured for the accuracy predictor"})
     calib_batches: int = field(
         default=8, metadata={"metavar": "N", "help": "BN recalibration batches per measured subnet"}
@@ -75,6 +83,8 @@ class PipelineSettings:
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "int8"):
             raise ConfigError(f"{_setting('dtype')}: unknown dtype {self.dtype!r} (choose from float32, int8)")
+        if self.train_processes < 1:
+            raise ConfigError(f"{_setting('train_processes')} must be at least 1, got {self.train_processes}")
         if self.subnets < 10:
             raise ConfigError(
                 f"{_setting('subnets')} must be at least 10 (the predictor needs three splits), got {self.subnets}"
