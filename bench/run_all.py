@@ -66,6 +66,11 @@ def critical_batch_bench(recipe: str, args: list[str], meaning: str) -> Benchmar
     )
 
 
+FASHION_QUICK = ["--set", "data.train_subset=2000", "--set", "data.val_size=1000", "--set", "data.test_subset=1000"]
+CROP_FLIP = ["--set", "data.augment=crop_flip"]
+AUGMENTED_TWINS = ["--subnets", "smallest", "middle", "largest"]  # the capped study's twins
+
+
 def ps_bench(recipe: str, args: list[str], quick_args: list[str], meaning: str) -> Benchmark:
     """`bench.ps_vs_scratch` on one recipe; its quick form trains one seed of the corner subnets, one lr."""
     module = ["-m", "bench.ps_vs_scratch", "--recipe", recipe]
@@ -421,7 +426,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "ps_vs_scratch_fashion": ps_bench(
         "fashion",
         ["--scratch-epochs", "20", "--doublings", "3"],
-        ["--set", "data.train_subset=2000", "--set", "data.val_size=1000", "--set", "data.test_subset=1000"],
+        FASHION_QUICK,
         "Fashion-MNIST (recipes/fashion_mnist.yaml): validation and test top-1 of 8 subnets (smallest, middle, "
         "largest, 5 random), progressive shrinking vs the same subnet trained from scratch, every choice on the "
         "5,000-image validation split by the rules of bench/ps_rules.py: lr grid at E = 20 epochs extended at an "
@@ -429,6 +434,16 @@ BENCHMARKS: dict[str, Benchmark] = {
         "the next doubling shown as a sensitivity row), each PS subnet against its best twin on validation; 2 "
         "seeds a side; target: PS within 0.5 points (test) or better at <= 4x the largest twin's CPU seconds at its "
         "converged epoch count",
+    ),
+    "ps_vs_scratch_fashion_augmented": ps_bench(
+        "fashion",
+        [*CROP_FLIP, "--scratch-epochs", "20", "--doublings", "4", "--one-seed-after", "80", *AUGMENTED_TWINS],
+        [*CROP_FLIP, *FASHION_QUICK],
+        "Fashion-MNIST with random crops and flips (data.augment=crop_flip), the capped study: the smallest, middle "
+        "and largest subnet's twins on the convergence ladder from 20 to 320 epochs (one seed past 80), the "
+        "recipe's PS schedule unchanged (2 seeds), every choice on validation by the rules of ps_vs_scratch_fashion; "
+        "the same target (PS within 0.5 points on test, at <= 4x the largest twin's CPU seconds at its converged "
+        "epoch count)",
     ),
     "search_quality": Benchmark(
         ["-m", "bench.search_quality", *PINNED_FASHION_SUPERNET, "--json"],
