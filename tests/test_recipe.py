@@ -19,12 +19,13 @@ DIGITS = ROOT / "recipes" / "digits.yaml"
 
 def test_digits_recipe_resolves_every_phase():
     r = load_recipe(DIGITS)
-    assert [p.name for p in r.phases] == ["full", "kernel", "depth", "expand"]
-    full, kernel, depth, expand = r.phases
+    assert [p.name for p in r.phases] == ["full", "elastic"]
+    full, elastic = r.phases
     assert tuple(full.choices[d] for d in ("kernels", "expands", "depths")) == ((5,), (4,), (3,))
-    assert kernel.choices["kernels"] == (3, 5) and kernel.resolutions == (12, 16)  # null/omitted -> all of the space
-    assert depth.choices["depths"] == (1, 2, 3) and depth.choices["kernels"] == (3, 5)  # kernels carry over
-    assert expand.choices["expands"] == (2, 3, 4) and expand.reorganize_channels and expand.subnets_per_step == 3
+    assert full.resolutions == (12, 16)  # null/omitted -> all of the space
+    # one phase opens every dimension at once (omitted: all of the space's)
+    assert tuple(elastic.choices[d] for d in ("kernels", "expands", "depths")) == ((3, 5), (2, 3, 4), (1, 2, 3))
+    assert elastic.reorganize_channels and elastic.sandwich and elastic.subnets_per_step == 3
     assert r.data.name == "digits" and r.space.num_classes == 10
     assert r.distill.teacher == "inplace" and r.teacher_phase_index is None  # no frozen teacher network
 
