@@ -18,6 +18,7 @@ import torch
 from helpers import FAST
 from helpers import TINY_RECIPE as TINY
 
+from ofa.cli import main
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.train import load_recipe, train
@@ -128,13 +129,11 @@ def test_train_processes_spawns_ranks_that_train_what_one_process_trains(tmp_pat
         train_processes(recipe, tmp_path / "spawned", 2)
 
 
-def test_train_processes_must_divide_the_batch_and_the_micro_batches():
-    recipe = load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=1"])
-    with pytest.raises(OFAError, match=r"pipeline.train_processes / --train-processes: 2 processes must divide "):
-        split_batch(recipe, 2, "pipeline.train_processes / --train-processes")
-    assert (
-        split_batch(
-            load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=4"]), 2
-        ).schedule.micro_batches
-        == 2
-    )
+def test_train_processes_must_divide_the_batch_and_the_micro_batches(tmp_path, capsys):
+    # tiny.yaml: batch 16 in 2 micro-batches; 4 processes cannot share 2 micro-batches: one line, nothing trained
+    assert main(["pipeline", str(TINY), "--out", str(tmp_path / "run"), "--train-processes", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pipeline.train_processes / --train-processes: 4 processes must divide" in err and "\n" not in err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    halves = split_batch(load_recipe(TINY, ["data.batch_size=16", "schedule.micro_batches=4"]), 2)
+    assert (halves.data.batch_size, halves.schedule.micro_batches) == (8, 2)

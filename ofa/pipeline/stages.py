@@ -33,7 +33,7 @@ from ofa.pipeline.summary import budget_notes, format_seconds, format_summary, s
 from ofa.runtime.runtimes import runtime_info
 from ofa.train import Recipe, load_recipe
 from ofa.train.distributed import DistEnv, process_group
-from ofa.train.launch import split_batch, train_processes
+from ofa.train.launch import train_processes
 from ofa.train.recipe import PipelineSettings
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label, field_of
@@ -208,14 +208,13 @@ class Pipeline:
         supernet = self.out / "supernet.pt"
         start = [file_sha256(recipe.init.supernet)] if recipe.init.supernet else []  # a new start file: train again
         processes = 1 if self.env.distributed else self.settings.train_processes  # torchrun's ranks: as they are
-        trained = recipe  # what each process trains: its share of the batch, in the key (dropout masks differ)
         if processes > 1:
-            trained = split_batch(recipe, processes, field_label(PipelineSettings, "train_processes", "pipeline"))
-            start.append(processes)
-        key = digest([trained.training_dict(), *start])
+            start.append(processes)  # each process's share of the batch: other dropout masks, other weights
+        key = digest([recipe.training_dict(), *start])
         if not self.done("train", key, [supernet]):
             resume = (self.out / "checkpoints").is_dir() or supernet.exists()
-            train_processes(recipe, self.out, processes, resume=resume)
+            where = field_label(PipelineSettings, "train_processes", "pipeline")
+            train_processes(recipe, self.out, processes, resume=resume, where=where)
             self.mark("train", key)
         return supernet
 

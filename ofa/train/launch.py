@@ -39,13 +39,16 @@ def split_batch(recipe: Recipe, processes: int, where: str = "processes") -> Rec
     )
 
 
-def train_processes(recipe: Recipe, out_dir: str | Path, processes: int, resume: bool = False) -> Path:
+def train_processes(
+    recipe: Recipe, out_dir: str | Path, processes: int, resume: bool = False, where: str = "processes"
+) -> Path:
     """`train` ``recipe`` (the whole batch, as one process would) on ``processes`` local ranks; returns
     ``out_dir/supernet.pt``. Each rank gets an equal share of this process's threads. A rank's `OFAError` is
-    raised here, one line; a rank that dies otherwise is reported by its exit code."""
+    raised here, one line; a rank that dies otherwise is reported by its exit code; a batch the processes do not
+    divide, naming ``where`` (the setting), before any starts."""
     if processes == 1:
         return train(recipe, out_dir, resume)
-    per_rank = split_batch(recipe, processes)
+    per_rank = split_batch(recipe, processes, where)
     threads = max(1, torch.get_num_threads() // processes)
     context = mp.get_context("spawn")
     errors = context.SimpleQueue()
