@@ -61,11 +61,16 @@ FROZEN = {"teacher": "full", "ratio": 1.0}  # the network at the end of phase "f
 INPLACE = {"teacher": "inplace", "ratio": 1.0}  # each step's largest subnet teaches the others
 
 
+def full_phase(epochs: int) -> dict[str, Any]:
+    """The largest subnet alone, first in every candidate (the teacher the frozen candidates keep)."""
+    return {"name": "full", "kernels": [5], "expands": [4], "depths": [3], "epochs": epochs, "lr": 0.1}
+
+
 def shrinking(full: int, kernel: int, depth: int, expand: int, subnets: int = 2) -> list[dict[str, Any]]:
     """Full network, then elastic kernel, depth and expand ratio, one phase each (sandwich sampling)."""
     later = {"subnets_per_step": subnets, **SANDWICH}
     return [
-        {"name": "full", "kernels": [5], "expands": [4], "depths": [3], "epochs": full, "lr": 0.1},
+        full_phase(full),
         {"name": "kernel", "kernels": [3, 5], "expands": [4], "depths": [3], "epochs": kernel, **later},
         {"name": "depth", "expands": [4], "depths": [1, 2, 3], "epochs": depth, **later},
         {"name": "expand", "expands": [2, 3, 4], "epochs": expand, "reorganize_channels": True, **later},
@@ -77,13 +82,13 @@ def one_phase(full: int, elastic: int, subnets: int) -> list[dict[str, Any]]:
     schedule `recipes/fashion_mnist.yaml` ships, which beat the paper's order there on validation at equal
     cost (`docs/progressive_shrinking.md`)."""
     return [
-        {"name": "full", "kernels": [5], "expands": [4], "depths": [3], "epochs": full, "lr": 0.1},
+        full_phase(full),
         {"name": "elastic", "epochs": elastic, "subnets_per_step": subnets, "reorganize_channels": True, **SANDWICH},
     ]
 
 
 SIX_PHASES = [  # the paper's stages, the demo's schedule until this benchmark chose a shorter one
-    {"name": "full", "kernels": [5], "expands": [4], "depths": [3], "epochs": 8, "lr": 0.1},
+    full_phase(8),
     {
         "name": "kernel",
         "kernels": [3, 5],
