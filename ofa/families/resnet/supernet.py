@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ofa.families.corner_grad import CornerGradient
 from ofa.families.resnet.arch import ResNetArch
 from ofa.families.resnet.elastic import ElasticBottleneck, ElasticConvBn
-from ofa.families.resnet.elastic.ops import leading
 from ofa.families.resnet.encoding import sample_arch
 from ofa.families.resnet.layers import mid_channels
 from ofa.families.resnet.space import ResNetSpace
@@ -51,6 +51,7 @@ class OFAResNet(nn.Module):
         self.stages = nn.ModuleList(stages)
         self.head = nn.Module()
         self.head.fc = nn.Linear(out, space.num_classes)
+        self.fc_corner = CornerGradient()
         self.dropout = nn.Dropout(space.dropout)
         self.active_arch = space.max_arch()
 
@@ -95,7 +96,7 @@ class OFAResNet(nn.Module):
             x = block(x, block_mid, block_out)
         x = self.dropout(x.mean((2, 3)))
         fc = self.head.fc
-        return F.linear(x, leading(fc.weight, fc.out_features, x.shape[1]), fc.bias)
+        return F.linear(x, self.fc_corner.slice(fc.weight, fc.out_features, x.shape[1]), fc.bias)
 
     # ----------------------------------------------------------------- static subnets
     @torch.no_grad()

@@ -1,7 +1,8 @@
 """Dynamic ops of the ResNet supernet: each holds the largest weights and runs their leading channels.
 
-What the official ``DynamicConv2d``/``DynamicBatchNorm2d`` compute (prefix slices ``[:out, :in]``, BN
-over the first channels of its statistics). ``active_state`` hands the same slices to the extracted
+What the official ``DynamicConv2d``/``DynamicBatchNorm2d`` compute (prefix slices ``[:out, :in]``, taken by
+`CornerGradient` so a small subnet's backward does not zero-fill full-size gradients; BN over the first
+channels of its statistics). ``active_state`` hands the same slices to the extracted
 timm subnet under timm's names (``conv.weight``, ``bn.*`` of a ``ConvNormAct``).
 """
 
@@ -11,13 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def leading(weight: torch.Tensor, out_channels: int, in_channels: int) -> torch.Tensor:
-    """``weight[:out, :in]``, or ``weight`` itself when that is all of it: a slice's backward zero-fills
-    a full-size gradient, which the largest subnet would pay for nothing."""
-    if weight.shape[:2] == (out_channels, in_channels):
-        return weight
-    return weight[:out_channels, :in_channels]
+from ofa.families.corner_grad import CornerGradient
 
 
 class ElasticBatchNorm2d(nn.BatchNorm2d):
@@ -56,10 +51,11 @@ class ElasticConvBn(nn.Module):
         self.stride, self.act = stride, act
         self.conv = nn.Conv2d(in_channels, out_channels, kernel, stride, kernel // 2, bias=False)
         nn.init.kaiming_normal_(self.conv.weight, mode="fan_out", nonlinearity="relu")
+        self.corner = CornerGradient()
         self.bn = ElasticBatchNorm2d(out_channels)
 
     def forward(self, x: torch.Tensor, out_channels: int) -> torch.Tensor:
-        weight = leading(self.conv.weight, out_channels, x.shape[1])
+        weight = self.corner.slice(self.conv.weight, out_channels, x.shape[1])
         x = self.bn(F.conv2d(x, weight, None, self.stride, self.conv.padding))
         return F.relu(x, inplace=True) if self.act else x  # in place, as timm's ConvNormAct (BN keeps its input)
 

@@ -1,0 +1,76 @@
+"""A weight's leading slice ``weight[:out, :in]`` whose backward does not zero-fill a full-size gradient.
+
+A slice's own backward allocates a zero gradient the size of the whole weight every step and copies the
+slice's gradient into its corner; for a small subnet of a wide supernet that memset is a large part of
+what a step costs beyond its static twin (`bench.elastic_overhead`). `CornerGradient` keeps one such
+buffer per weight across steps and clears only the corner its last step wrote, so ``weight.grad`` holds
+the same values, bit for bit, as after the plain slice.
+
+The buffer becomes ``weight.grad`` at the first backward of a step (when ``.grad`` is None: the optimizer's
+``zero_grad(set_to_none=True)``), so a ``.grad`` tensor kept past a step sees the next step's values, as
+with ``set_to_none=False``. Whatever else writes into it (a full-size backward accumulating into it,
+gradient clipping, an all-reduce, a scaler's unscale) moves its version counter, and the next step then
+clears all of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class CornerGradient:
+    """The reusable gradient of one weight whose leading slices the forward takes (its owner passes the weight
+    in, so a module whose parameter object is replaced still gets the right one)."""
+
+    def __init__(self) -> None:
+        self.buffer: torch.Tensor | None = None
+        self.dirty = (0, 0)  # the corner written since the buffer was last all zero...
+        self.version = -1  # ... valid while the buffer's version counter still reads this
+
+    def slice(self, weight: nn.Parameter, out_channels: int, in_channels: int) -> torch.Tensor:
+        """``weight[:out, :in]`` (the weight itself when that is all of it), contiguous as a convolution
+        wants it; its gradient goes through `accumulate` when autograd records it."""
+        if weight.shape[:2] == (out_channels, in_channels):
+            return weight
+        if not (torch.is_grad_enabled() and weight.requires_grad):
+            return weight[:out_channels, :in_channels]
+        return _CornerSlice.apply(weight, self, out_channels, in_channels)
+
+    def accumulate(self, weight: nn.Parameter, grad: torch.Tensor, out_channels: int, in_channels: int) -> None:
+        """Add ``grad`` (of the slice) into ``weight.grad``'s corner, starting a step's buffer where there is none."""
+        buffer = self.buffer
+        if weight.grad is None:
+            like = ("shape", "dtype", "device")
+            if buffer is None or any(getattr(buffer, k) != getattr(weight, k) for k in like):
+                buffer = self.buffer = torch.zeros_like(weight)
+            elif buffer._version != self.version:
+                buffer.zero_()
+            else:
+                buffer[: self.dirty[0], : self.dirty[1]].zero_()
+            buffer[:out_channels, :in_channels].copy_(grad)
+            weight.grad, self.dirty = buffer, (out_channels, in_channels)
+        elif weight.grad is buffer and buffer._version == self.version:
+            buffer[:out_channels, :in_channels].add_(grad)
+            self.dirty = (max(out_channels, self.dirty[0]), max(in_channels, self.dirty[1]))
+        else:  # a gradient that is not this buffer, or one something else wrote into: leave its tracking stale
+            weight.grad[:out_channels, :in_channels].add_(grad)
+            return
+        self.version = buffer._version
+
+
+class _CornerSlice(torch.autograd.Function):
+    """Forward: the contiguous slice. Backward: `CornerGradient.accumulate`, no gradient for autograd to
+    accumulate (the weight's ``.grad`` is already written)."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: torch.Tensor, corner: CornerGradient, out_channels: int, in_channels: int):
+        ctx.weight, ctx.corner, ctx.shape = weight, corner, (out_channels, in_channels)
+        return weight[:out_channels, :in_channels].contiguous()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:
+        ctx.corner.accumulate(ctx.weight, grad, *ctx.shape)
+        return None, None, None, None
