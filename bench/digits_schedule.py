@@ -77,13 +77,20 @@ def shrinking(full: int, kernel: int, depth: int, expand: int, subnets: int = 2)
     ]
 
 
-def one_phase(full: int, elastic: int, subnets: int) -> list[dict[str, Any]]:
+def one_phase(full: int, elastic: int, subnets: int, lr: float = SANDWICH["lr"]) -> list[dict[str, Any]]:
     """Full network, then one phase opening kernel, depth and expand ratio at once (sandwich sampling): the
     schedule `recipes/fashion_mnist.yaml` ships, which beat the paper's order there on validation at equal
     cost (`docs/progressive_shrinking.md`)."""
     return [
         full_phase(full),
-        {"name": "elastic", "epochs": elastic, "subnets_per_step": subnets, "reorganize_channels": True, **SANDWICH},
+        {
+            "name": "elastic",
+            "epochs": elastic,
+            "subnets_per_step": subnets,
+            "reorganize_channels": True,
+            **SANDWICH,
+            "lr": lr,
+        },
     ]
 
 
@@ -138,7 +145,8 @@ def paper_six(epochs: list[int]) -> list[dict[str, Any]]:
 def candidates() -> dict[str, dict[str, Any]]:
     """The recipe keys each candidate sets (``phases`` and ``distill``), by name (``ps4_F-K-D-E``: epochs of the
     four phases; ``one_F-E``: of the full network and the one elastic phase; ``_xN``: N subnets per step (else
-    2 for ``ps4``); ``_inplace``: in-place distillation, else the frozen teacher)."""
+    2 for ``ps4``); ``_lrNN``: the elastic phase's learning rate ×100 (else 4); ``_inplace``: in-place
+    distillation, else the frozen teacher)."""
     frozen = {
         "ps4_2-1-1-1": shrinking(2, 1, 1, 1),
         "ps4_3-1-1-2": shrinking(3, 1, 1, 2),
@@ -153,6 +161,7 @@ def candidates() -> dict[str, dict[str, Any]]:
         "six_4-1-1-1-1-2": paper_six([4, 1, 1, 1, 1, 2]),
         "one_3-6_x3": one_phase(3, 6, 3),
         "one_5-4_x4": one_phase(5, 4, 4),
+        "one_6-5_x3_lr08": one_phase(6, 5, 3, lr=0.08),
         REFERENCE: SIX_PHASES,
     }
     inplace = {
@@ -163,6 +172,17 @@ def candidates() -> dict[str, dict[str, Any]]:
         "ps4_4-1-2-4_x3_inplace": shrinking(4, 1, 2, 4, subnets=3),  # over the budget too
         "one_3-6_x3_inplace": one_phase(3, 6, 3),
         "one_5-4_x4_inplace": one_phase(5, 4, 4),
+        "one_6-5_x3_inplace": one_phase(6, 5, 3),
+        "one_5-8_x2_inplace": one_phase(5, 8, 2),
+        "one_3-9_x2_inplace": one_phase(3, 9, 2),
+        "one_3-6_x3_lr08_inplace": one_phase(3, 6, 3, lr=0.08),
+        "one_3-6_x3_lr02_inplace": one_phase(3, 6, 3, lr=0.02),
+        "one_3-6_x3_lr12_inplace": one_phase(3, 6, 3, lr=0.12),
+        "one_3-6_x3_lr16_inplace": one_phase(3, 6, 3, lr=0.16),
+        "one_6-5_x3_lr08_inplace": one_phase(6, 5, 3, lr=0.08),
+        "one_6-5_x3_lr06_inplace": one_phase(6, 5, 3, lr=0.06),
+        "one_6-5_x3_lr12_inplace": one_phase(6, 5, 3, lr=0.12),
+        "one_7-4_x3_lr08_inplace": one_phase(7, 4, 3, lr=0.08),
     }
     return {
         **{name: {"phases": phases, "distill": FROZEN} for name, phases in frozen.items()},

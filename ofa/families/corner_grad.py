@@ -3,8 +3,8 @@
 A slice's own backward allocates a zero gradient the size of the whole weight every step and copies the
 slice's gradient into its corner; for a small subnet of a wide supernet that memset is a large part of
 what a step costs beyond its static twin (`bench.elastic_overhead`). `CornerGradient` keeps one such
-buffer per weight across steps and clears only the corner its last step wrote, so ``weight.grad`` holds
-the same values, bit for bit, as after the plain slice.
+buffer per weight across steps and clears only what its last step wrote outside this step's corner, so
+``weight.grad`` holds the same values, bit for bit, as after the plain slice.
 
 The buffer becomes ``weight.grad`` at the first backward of a step (when ``.grad`` is None: the optimizer's
 ``zero_grad(set_to_none=True)``), so a ``.grad`` tensor kept past a step sees the next step's values, as
@@ -48,8 +48,10 @@ class CornerGradient:
                 buffer = self.buffer = torch.zeros_like(weight)
             elif buffer._version != self.version:
                 buffer.zero_()
-            else:
-                buffer[: self.dirty[0], : self.dirty[1]].zero_()
+            else:  # what the last step wrote outside the corner this one overwrites
+                rows, cols = self.dirty
+                buffer[out_channels:rows, :cols].zero_()
+                buffer[: min(out_channels, rows), in_channels:cols].zero_()
             buffer[:out_channels, :in_channels].copy_(grad)
             weight.grad, self.dirty = buffer, (out_channels, in_channels)
         elif weight.grad is buffer and buffer._version == self.version:
