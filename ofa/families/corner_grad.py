@@ -68,7 +68,9 @@ class _CornerSlice(torch.autograd.Function):
     accumulate (the weight's ``.grad`` is already written)."""
 
     @staticmethod
-    def forward(ctx: Any, weight: torch.Tensor, corner: CornerGradient, out_channels: int, in_channels: int):
+    def forward(
+        ctx: Any, weight: torch.Tensor, corner: CornerGradient, out_channels: int, in_channels: int
+    ) -> torch.Tensor:
         ctx.weight, ctx.corner, ctx.shape = weight, corner, (out_channels, in_channels)
         return weight[:out_channels, :in_channels].contiguous()
 
