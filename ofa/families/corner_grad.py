@@ -43,8 +43,7 @@ class CornerGradient:
         """Add ``grad`` (of the slice) into ``weight.grad``'s corner, starting a step's buffer where there is none."""
         buffer = self.buffer
         if weight.grad is None:
-            like = ("shape", "dtype", "device")
-            if buffer is None or any(getattr(buffer, k) != getattr(weight, k) for k in like):
+            if buffer is None or buffer.dtype != weight.dtype or buffer.device != weight.device:  # new, or moved
                 buffer = self.buffer = torch.zeros_like(weight)
             elif buffer._version != self.version:
                 buffer.zero_()
