@@ -12,9 +12,11 @@ memory and fault it back in every step (the ``faults_*`` figures count minor pag
 a fresh process draws again.
 
 The supernet computes squeeze-excite as two matmuls on the pooled vector, timm's static model as two 1x1
-convolutions, which cost more on a CPU; that saving sits in the default ratio. ``--same-se`` gives the
-static twin the supernet's squeeze-excite code at its own width, so the ratio counts only what
-elasticity costs (slices, kernel transforms, full-size gradients and optimizer state).
+convolutions, which cost more on a CPU, and a depthwise conv's backward for kernels from 5 as forward
+convolutions (`ofa.families.depthwise_grad`), where oneDNN's own is slow; those savings sit in the default
+ratio. ``--same-ops`` gives the static twin the supernet's squeeze-excite code at its own width and its
+depthwise convolution, so the ratio counts only what elasticity costs (slices, kernel transforms,
+full-size gradients and optimizer state).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from bench.step_timing import (
     sgd,
     summarize,
 )
+from ofa.families.depthwise_grad import depthwise_conv2d
 from ofa.families.family import Arch, Space
 from ofa.families.mbv3.elastic import ElasticSqueezeExcite
 from ofa.families.registry import family_of
@@ -61,6 +64,27 @@ def with_supernet_se(static: torch.nn.Module) -> torch.nn.Module:
     return static
 
 
+class SupernetDepthwise(torch.nn.Module):
+    """A static depthwise conv computed by the supernet's code (`depthwise_conv2d`), same weight."""
+
+    def __init__(self, conv: torch.nn.Conv2d) -> None:
+        super().__init__()
+        self.weight, self.stride, self.padding = conv.weight, conv.stride[0], conv.padding[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return depthwise_conv2d(x, self.weight, self.stride, self.padding)
+
+
+def with_supernet_ops(static: torch.nn.Module) -> torch.nn.Module:
+    """`with_supernet_se`, and each depthwise conv (a timm block's ``conv_dw``) replaced by `SupernetDepthwise`:
+    the same function, computed by the supernet's code wherever that differs from timm's."""
+    for block in with_supernet_se(static).modules():
+        conv = getattr(block, "conv_dw", None)
+        if isinstance(conv, torch.nn.Conv2d) and conv.groups == conv.in_channels == conv.out_channels:
+            block.conv_dw = SupernetDepthwise(conv)
+    return static
+
+
 def one_invocation(args: argparse.Namespace) -> dict[str, object]:
     """The whole measurement in this process."""
     if args.threads is not None:
@@ -75,11 +99,11 @@ def one_invocation(args: argparse.Namespace) -> dict[str, object]:
     runs = {}
     for name, arch in subnets.items():
         static = supernet.extract(arch).train()
-        static = with_supernet_se(static) if args.same_se else static
+        static = with_supernet_ops(static) if args.same_ops else static
         runs[name] = (arch, static, sgd(static))
     result = summarize(*measure(supernet, supernet.set_active, runs, (x, y), args.rounds, clock))
     result["space"] = args.space
-    result["twin_se"] = "supernet" if args.same_se else "timm"
+    result["twin_ops"] = "supernet" if args.same_ops else "timm"
     result["threads"] = torch.get_num_threads()
     result["clock"] = "thread_cpu" if args.cpu_time else "wall"
     result["mid_arch"] = subnets["mid"].short()
@@ -98,9 +122,9 @@ def several_invocations(args: argparse.Namespace) -> dict[str, object]:
     command = invocation_command("bench.elastic_overhead", args)
     command += ["--threads", str(args.threads)] if args.threads is not None else []
     command += ["--cpu-time"] if args.cpu_time else []
-    command += ["--same-se"] if args.same_se else []
+    command += ["--same-ops"] if args.same_ops else []
     command += ["--space", args.space]
-    passed_on = ["space", "twin_se", "threads", "clock", "mid_arch", "mid_macs_m"]
+    passed_on = ["space", "twin_ops", "threads", "clock", "mid_arch", "mid_macs_m"]
     return median_of_invocations(command, args.invocations, passed_on)
 
 
@@ -115,14 +139,14 @@ def main() -> None:
         help="time with this thread's CPU clock (needs --threads 1): steadier on a shared machine",
     )
     parser.add_argument(
-        "--same-se",
+        "--same-ops",
         action="store_true",
-        help="static twin runs the supernet's squeeze-excite code: the ratio counts elasticity alone",
+        help="static twin runs the supernet's squeeze-excite and depthwise code: the ratio counts elasticity alone",
     )
     args = parser.parse_args()
     check_timing_arguments(parser, args)
-    if args.same_se and args.space != "mbv3":
-        parser.error("--same-se is for the mbv3 space (squeeze-excite)")
+    if args.same_ops and args.space != "mbv3":
+        parser.error("--same-ops is for the mbv3 space (squeeze-excite)")
     if args.cpu_time and args.threads != 1:
         parser.error("--cpu-time needs --threads 1 (other threads' CPU time would not be counted)")
     result = several_invocations(args) if args.invocations > 1 else one_invocation(args)

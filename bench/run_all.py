@@ -158,12 +158,22 @@ BENCHMARKS: dict[str, Benchmark] = {
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
         on_request=True,
     ),
-    "elastic_overhead_same_se": Benchmark(
-        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--same-se"],
-        "as elastic_overhead, but the static twin runs the supernet's squeeze-excite code (matmuls on the "
-        "pooled vector, not timm's 1x1 convolutions): what elasticity alone costs",
-        ["-m", "bench.elastic_overhead", "--json", "--rounds", "5", "--same-se"],
+    "elastic_overhead_same_ops": Benchmark(
+        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--same-ops"],
+        "as elastic_overhead, but the static twin runs the supernet's own op code where it differs from timm's: "
+        "squeeze-excite (matmuls on the pooled vector, not 1x1 convolutions) and the depthwise conv (its CPU "
+        "backward as forward convolutions): what elasticity alone costs (before 2026-12-05: elastic_overhead_same_se, "
+        "the squeeze-excite code alone)",
+        ["-m", "bench.elastic_overhead", "--json", "--rounds", "5", "--same-ops"],
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
+    ),
+    "depthwise_grad": Benchmark(
+        ["-m", "bench.depthwise_grad", "--json"],
+        "a depthwise conv's backward (input and weight gradients) on the CPU, aten's (oneDNN) / "
+        "ofa.families.depthwise_grad's, per shape (batch x channels x size x kernel x stride): the digits "
+        "supernet's blocks and ImageNet-size blocks at 128 px; the supernets take it from kernel 5 up",
+        ["-m", "bench.depthwise_grad", "--json", "--rounds", "3"],
+        {"speedup_min_fast_path": "least speed-up, kernels from 5"},
     ),
     "elastic_breakdown": Benchmark(
         ["-m", "bench.elastic_breakdown", "--json", "--invocations", "3"],

@@ -1,6 +1,7 @@
 """`bench.elastic_overhead` and `bench.official_overhead` time each subnet's supernet step next to
 its static twin's."""
 
+import copy
 import functools
 import json
 import sys
@@ -73,6 +74,30 @@ def test_same_se_twin_is_the_same_function_through_the_supernets_se_code():
     assert not any(type(m).__name__ == "SqueezeExcite" for m in same.modules())
     assert sum(isinstance(m, ElasticSqueezeExcite) for m in same.modules()) == len(timm_se)
     torch.testing.assert_close(same(x), expected, rtol=0, atol=1e-6)
+
+
+def test_same_ops_twin_takes_the_supernets_depthwise_conv_too_and_the_same_gradients():
+    """``--same-ops``: every depthwise conv of the twin runs `depthwise_conv2d` (its backward as forward
+    convolutions from kernel 5), and the twin's output and gradients stay those of timm's model."""
+    torch.manual_seed(0)
+    space = tiny_space()
+    x = torch.randn(2, 3, 16, 16)
+
+    def step(model: torch.nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        torch.manual_seed(1)  # the same dropout
+        out = model(x)
+        out.square().sum().backward()
+        return out.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+    static = OFAMobileNetV3(space).extract(space.max_arch(16)).train()
+    depthwise = sum(type(m).__name__ == "Conv2d" and m.groups > 1 for m in static.modules())
+    same = elastic_overhead.with_supernet_ops(copy.deepcopy(static))
+    assert depthwise > 0 and sum(isinstance(m, elastic_overhead.SupernetDepthwise) for m in same.modules()) == depthwise
+    (out, grads), (same_out, same_grads) = step(static), step(same)
+    torch.testing.assert_close(same_out, out, rtol=0, atol=1e-5)
+    assert same_grads.keys() == grads.keys()
+    for name, grad in same_grads.items():
+        torch.testing.assert_close(grad, grads[name], rtol=1e-4, atol=1e-5)
 
 
 def test_breakdown_models_compute_the_same_function_each_with_one_more_part_of_the_supernet():

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ofa.families.depthwise_grad import depthwise_conv2d
 from ofa.families.mbv3.layers import se_channels
 
 
@@ -69,8 +70,7 @@ class ElasticDepthwiseConv2d(nn.Module):
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """``weight``: this conv's `active_weight` for ``x``'s channels."""
-        channels, kernel = weight.shape[0], weight.shape[-1]
-        return F.conv2d(x, weight, None, self.stride, kernel // 2, 1, channels)
+        return depthwise_conv2d(x, weight, self.stride, weight.shape[-1] // 2)
 
 
 def kernel_matrices(convs: Sequence[ElasticDepthwiseConv2d], kernels: Sequence[int]) -> list[torch.Tensor | None]:
