@@ -145,8 +145,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     check_timing_arguments(parser, args)
-    if args.same_ops and args.space != "mbv3":
-        parser.error("--same-ops is for the mbv3 space (squeeze-excite)")
+    if args.same_ops and args.space not in ("mbv3", "proxyless"):
+        parser.error("--same-ops is for the mbv3 and proxyless spaces (squeeze-excite, depthwise convs)")
     if args.cpu_time and args.threads != 1:
         parser.error("--cpu-time needs --threads 1 (other threads' CPU time would not be counted)")
     result = several_invocations(args) if args.invocations > 1 else one_invocation(args)

@@ -144,10 +144,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         },
     ),
     "elastic_overhead_proxyless": Benchmark(
-        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--space", "proxyless"],
+        ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--space", "proxyless", "--same-ops"],
         "as elastic_overhead, on the published OFA-ProxylessNAS w1.3 space against its static timm EfficientNet "
-        "twin (no squeeze-excite: nothing but elasticity differs)",
-        ["-m", "bench.elastic_overhead", "--json", "--rounds", "5", "--space", "proxyless"],
+        "twin with the supernet's depthwise conv (--same-ops; no squeeze-excite: nothing but elasticity differs)",
+        ["-m", "bench.elastic_overhead", "--json", "--rounds", "5", "--space", "proxyless", "--same-ops"],
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
     ),
     "elastic_overhead_resnet": Benchmark(
