@@ -132,7 +132,9 @@ BENCHMARKS: dict[str, Benchmark] = {
         ["-m", "bench.elastic_overhead", "--json", "--invocations", "3"],
         "one SGD step of the supernet / the extracted static model, largest, middle (median MACs of 1,000 "
         "seeded samples) and smallest subnet: in each of 3 processes the median of per-round ratios; the "
-        "median of the 3 and each one (target ≤ 1.03)",
+        "median of the 3 and each one (target ≤ 1.03). The static model is timm's, whose depthwise convs from "
+        "kernel 5 take oneDNN's slow weight gradient on the CPU (the depthwise_grad row): below 1, the supernet's "
+        "step is the faster; elastic_overhead_same_ops counts elasticity alone",
         ["-m", "bench.elastic_overhead", "--json", "--rounds", "5"],
         {
             "overhead_max": "largest subnet",

@@ -1,12 +1,12 @@
 """A depthwise convolution whose weight gradient on the CPU is itself a depthwise convolution.
 
-oneDNN computes a depthwise conv's weight gradient for kernels above 3×3 on a slow path: on a digits
-supernet's 5×5 blocks it took about 15 times a 3×3's, a third of a whole training step, and it is as slow
-at ImageNet sizes. That gradient is a correlation of each (image, channel) input plane with its output
-gradient, which is the forward depthwise convolution of ``x`` reshaped to ``(1, N·C, H, W)`` by the output
-gradient as ``N·C`` kernels (dilated by the stride), summed over the images; oneDNN's forward is fast at
-every size. So is the input gradient at stride 1: the forward convolution of the output gradient by the
-flipped kernel (aten's own backward at stride 2, where it is not slower).
+oneDNN computes a depthwise conv's weight gradient for kernels above 3×3 on a slow path, many times a 3×3's
+at the digits supernet's sizes and at ImageNet sizes alike (`bench.depthwise_grad` times both). That
+gradient is a correlation of each (image, channel) input plane with its output gradient, which is the
+forward depthwise convolution of ``x`` reshaped to ``(1, N·C, H, W)`` by the output gradient as ``N·C``
+kernels (dilated by the stride), summed over the images; oneDNN's forward is fast at every size. So is the
+input gradient at stride 1: the forward convolution of the output gradient by the flipped kernel (aten's own
+backward at stride 2, where it is not slower).
 
 `depthwise_conv2d` takes this path on the CPU for kernels of 5 and up, where it is several times faster
 (`bench.depthwise_grad`), and is `F.conv2d` elsewhere: 3×3 kernels, where the two cost about the same, other
