@@ -184,7 +184,7 @@ def candidates() -> dict[str, dict[str, Any]]:
         "one_6-5_x3_lr06_inplace": one_phase(6, 5, 3, lr=0.06),
         "one_6-5_x3_lr12_inplace": one_phase(6, 5, 3, lr=0.12),
         "one_7-4_x3_lr08_inplace": one_phase(7, 4, 3, lr=0.08),
-        # 23 to 30 passes: what the faster depthwise gradient (`ofa.families.depthwise_grad`) buys in the same time
+        # 23 to 30 passes: the budget the faster depthwise gradient (`ofa.families.depthwise_grad`) opened
         "one_6-6_x3_lr08_inplace": one_phase(6, 6, 3, lr=0.08),
         "one_9-5_x3_lr08_inplace": one_phase(9, 5, 3, lr=0.08),
         "one_3-7_x3_lr08_inplace": one_phase(3, 7, 3, lr=0.08),
