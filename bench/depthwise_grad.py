@@ -71,8 +71,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds per shape")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    shapes = {"x".join(map(str, s)): one_shape(s, args.rounds) for s in SHAPES}
-    fast = [v["speedup"] for k, v in shapes.items() if int(k.split("x")[3]) >= FAST_FROM_KERNEL]
+    timed = {shape: one_shape(shape, args.rounds) for shape in SHAPES}
+    shapes = {"x".join(map(str, shape)): figures for shape, figures in timed.items()}
+    fast = [figures["speedup"] for (_, _, _, kernel, _), figures in timed.items() if kernel >= FAST_FROM_KERNEL]
     result = {
         "shapes": "batch x channels x size x kernel x stride",
         **shapes,
