@@ -143,6 +143,45 @@ def paper_six(epochs: list[int]) -> list[dict[str, Any]]:
     return [{**p, "epochs": e, "warmup_epochs": 0} for p, e in zip(SIX_PHASES, epochs, strict=True)]
 
 
+# One-phase candidates as (full epochs, elastic epochs, subnets per step[, elastic lr]); `one_phases` names them.
+ONE_PHASE_FROZEN = [(3, 6, 3), (5, 4, 4), (6, 5, 3, 0.08)]
+ONE_PHASE_INPLACE = [
+    (3, 6, 3),
+    (5, 4, 4),
+    (6, 5, 3),
+    (5, 8, 2),
+    (3, 9, 2),
+    (3, 6, 3, 0.08),
+    (3, 6, 3, 0.02),
+    (3, 6, 3, 0.12),
+    (3, 6, 3, 0.16),
+    (6, 5, 3, 0.08),
+    (6, 5, 3, 0.06),
+    (6, 5, 3, 0.12),
+    (7, 4, 3, 0.08),
+    # 23 to 30 passes: the budget the faster depthwise gradient (`ofa.families.depthwise_grad`) opened
+    (6, 6, 3, 0.08),
+    (9, 5, 3, 0.08),
+    (3, 7, 3, 0.08),
+    (6, 6, 3, 0.10),
+    (5, 6, 3, 0.08),
+    (6, 7, 3, 0.08),
+    (6, 8, 3, 0.08),
+    (9, 7, 3, 0.08),
+    (3, 9, 3, 0.08),
+]
+
+
+def one_phases(settings: list[tuple], suffix: str = "") -> dict[str, list[dict[str, Any]]]:
+    """`one_phase` of each setting, named from it (``one_F-E_xN``, ``_lrNN`` where the lr is given), so a
+    name cannot disagree with what it trains."""
+    named = {}
+    for full, elastic, subnets, *lr in settings:
+        rate = f"_lr{round(lr[0] * 100):02d}" if lr else ""
+        named[f"one_{full}-{elastic}_x{subnets}{rate}{suffix}"] = one_phase(full, elastic, subnets, *lr)
+    return named
+
+
 def candidates() -> dict[str, dict[str, Any]]:
     """The recipe keys each candidate sets (``phases`` and ``distill``), by name (``ps4_F-K-D-E``: epochs of the
     four phases; ``one_F-E``: of the full network and the one elastic phase; ``_xN``: N subnets per step (else
@@ -160,9 +199,7 @@ def candidates() -> dict[str, dict[str, Any]]:
         "ps4_5-1-2-5": shrinking(5, 1, 2, 5),
         "ps4_5-1-2-5_x3": shrinking(5, 1, 2, 5, subnets=3),  # over the budget: what a larger one would buy
         "six_4-1-1-1-1-2": paper_six([4, 1, 1, 1, 1, 2]),
-        "one_3-6_x3": one_phase(3, 6, 3),
-        "one_5-4_x4": one_phase(5, 4, 4),
-        "one_6-5_x3_lr08": one_phase(6, 5, 3, lr=0.08),
+        **one_phases(ONE_PHASE_FROZEN),
         REFERENCE: SIX_PHASES,
     }
     inplace = {
@@ -171,29 +208,7 @@ def candidates() -> dict[str, dict[str, Any]]:
         "ps4_3-1-1-4_x3_inplace": shrinking(3, 1, 1, 4, subnets=3),
         "ps4_4-1-2-4_inplace": shrinking(4, 1, 2, 4),
         "ps4_4-1-2-4_x3_inplace": shrinking(4, 1, 2, 4, subnets=3),  # over the budget too
-        "one_3-6_x3_inplace": one_phase(3, 6, 3),
-        "one_5-4_x4_inplace": one_phase(5, 4, 4),
-        "one_6-5_x3_inplace": one_phase(6, 5, 3),
-        "one_5-8_x2_inplace": one_phase(5, 8, 2),
-        "one_3-9_x2_inplace": one_phase(3, 9, 2),
-        "one_3-6_x3_lr08_inplace": one_phase(3, 6, 3, lr=0.08),
-        "one_3-6_x3_lr02_inplace": one_phase(3, 6, 3, lr=0.02),
-        "one_3-6_x3_lr12_inplace": one_phase(3, 6, 3, lr=0.12),
-        "one_3-6_x3_lr16_inplace": one_phase(3, 6, 3, lr=0.16),
-        "one_6-5_x3_lr08_inplace": one_phase(6, 5, 3, lr=0.08),
-        "one_6-5_x3_lr06_inplace": one_phase(6, 5, 3, lr=0.06),
-        "one_6-5_x3_lr12_inplace": one_phase(6, 5, 3, lr=0.12),
-        "one_7-4_x3_lr08_inplace": one_phase(7, 4, 3, lr=0.08),
-        # 23 to 30 passes: the budget the faster depthwise gradient (`ofa.families.depthwise_grad`) opened
-        "one_6-6_x3_lr08_inplace": one_phase(6, 6, 3, lr=0.08),
-        "one_9-5_x3_lr08_inplace": one_phase(9, 5, 3, lr=0.08),
-        "one_3-7_x3_lr08_inplace": one_phase(3, 7, 3, lr=0.08),
-        "one_6-6_x3_lr10_inplace": one_phase(6, 6, 3, lr=0.10),
-        "one_5-6_x3_lr08_inplace": one_phase(5, 6, 3, lr=0.08),
-        "one_6-7_x3_lr08_inplace": one_phase(6, 7, 3, lr=0.08),
-        "one_6-8_x3_lr08_inplace": one_phase(6, 8, 3, lr=0.08),
-        "one_9-7_x3_lr08_inplace": one_phase(9, 7, 3, lr=0.08),
-        "one_3-9_x3_lr08_inplace": one_phase(3, 9, 3, lr=0.08),
+        **one_phases(ONE_PHASE_INPLACE, suffix="_inplace"),
     }
     return {
         **{name: {"phases": phases, "distill": FROZEN} for name, phases in frozen.items()},
