@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import perturb
@@ -158,8 +159,14 @@ def test_unreadable_and_foreign_files_give_one_line(tmp_path, capsys):
     truncated = tmp_path / "truncated.pth"
     truncated.write_bytes(CHECKPOINT.read_bytes()[:100_000])
     ours = OFAMobileNetV3(replace(SearchSpace.mbv3(), width_mult=0.5, num_classes=3)).save(tmp_path / "ours.pt")
+    pickled = tmp_path / "pickled.pth"  # a global a weights-only load refuses, as other tools' checkpoints hold
+    torch.save({"epoch": np.float64(3.0)}, pickled)
+    text = tmp_path / "notes.pth"
+    text.write_text("not a checkpoint")
     for path, needle in (
         (truncated, "corrupted or truncated"),
+        (pickled, "a weights-only load refuses (Unsupported global: GLOBAL numpy"),
+        (text, "a weights-only load refuses (Unsupported operand"),
         (EXPECTED, "'archs' is a list, not a tensor"),
         (ours, "already an ofa-supernet file"),
         (tmp_path / "nope.pth", "not found"),
@@ -167,6 +174,7 @@ def test_unreadable_and_foreign_files_give_one_line(tmp_path, capsys):
         assert main(["import", str(path), "--out", str(tmp_path / "out.pt")]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], lines
+        assert "weights_only" not in lines[0]  # not torch's advice to load it unsafely
     assert not (tmp_path / "out.pt").exists()
 
 

@@ -60,11 +60,23 @@ def load_torch(path: str | Path, what: str = "checkpoint") -> dict:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for truncated/corrupt zips
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise OFAError(f"{path}: not a readable {what} (corrupted or truncated?): {reason}") from None
+        raise OFAError(f"{path}: not a readable {what}: {load_failure(exc)}") from None
     if not isinstance(obj, dict):
         raise OFAError(f"{path}: not a {what} (expected a mapping, got {type(obj).__name__})")
     return obj
+
+
+def load_failure(exc: Exception) -> str:
+    """Why torch did not load a file, in one line. A weights-only refusal names what it refused, where torch's
+    own first line advises loading the file again with ``weights_only=False``, which runs whatever code the
+    file holds (no file this package writes needs it)."""
+    text = str(exc).strip()
+    _, refusal, refused = text.partition("WeightsUnpickler error:")
+    if refusal:
+        what = (refused.strip().splitlines() or ["?"])[0].split(" was not an allowed global")[0].strip()
+        return f"it holds what a weights-only load refuses ({what}): written by other code, or corrupted"
+    first = text.splitlines()[0].split("  (Could this error message be improved?")[0].strip() if text else ""
+    return f"corrupted or truncated? {first or type(exc).__name__}"
 
 
 def read_text(path: str | Path, what: str = "text file") -> str:
