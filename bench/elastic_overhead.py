@@ -9,7 +9,9 @@ the median of the per-round ratios, and its interquartile range shows how noisy 
 ``--invocations N`` runs the whole measurement in N fresh processes and reports the median of their
 medians, with each one's figure: one process can draw a heap layout that makes the allocator return
 memory and fault it back in every step (the ``faults_*`` figures count minor page faults per step), and
-a fresh process draws again.
+a fresh process draws again. ``forward_ms``, ``backward_ms`` and ``update_ms`` give each model's median time
+of that part of the step (the optimizer's update over a supernet's full-size tensors is the part a static
+twin does not have).
 
 The supernet computes squeeze-excite as two matmuls on the pooled vector, timm's static model as two 1x1
 convolutions, which cost more on a CPU, and a depthwise conv's backward for kernels from 5 as forward

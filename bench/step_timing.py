@@ -16,9 +16,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -28,18 +28,30 @@ from bench.common import ROOT, last_json
 Runs = dict[str, tuple[Any, torch.nn.Module, torch.optim.Optimizer]]  # name -> (arch, static twin, its optimizer)
 
 
+class StepTimes(NamedTuple):
+    """Seconds of one SGD step's parts (their sum is the step's time): where a supernet's step differs from its
+    twin's."""
+
+    forward: float  # the forward pass and the loss
+    backward: float
+    update: float  # the optimizer's step
+
+
 def sgd_step(
     model: torch.nn.Module,
     opt: torch.optim.Optimizer,
     x: torch.Tensor,
     y: torch.Tensor,
     clock: Callable[[], float] = time.perf_counter,
-) -> float:
+) -> StepTimes:
     start = clock()
     opt.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
+    loss = F.cross_entropy(model(x), y)
+    forward = clock()
+    loss.backward()
+    backward = clock()
     opt.step()
-    return clock() - start
+    return StepTimes(forward - start, backward - forward, clock() - backward)
 
 
 def sgd(model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -56,14 +68,16 @@ def timed_step(
     optimizer: torch.optim.Optimizer,
     batch: tuple[torch.Tensor, torch.Tensor],
     clock: Callable[[], float],
-) -> tuple[float, int]:
-    """Seconds and minor page faults of one `sgd_step`."""
+) -> tuple[StepTimes, int]:
+    """The parts' seconds and the minor page faults of one `sgd_step`."""
     before = minor_faults()
     seconds = sgd_step(model, optimizer, *batch, clock)
     return seconds, minor_faults() - before
 
 
-def _record(step: dict[str, tuple[float, int]], times: dict[str, list[float]], faults: dict[str, list[int]]) -> None:
+def _record(
+    step: dict[str, tuple[StepTimes, int]], times: dict[str, list[StepTimes]], faults: dict[str, list[int]]
+) -> None:
     """Append one round's ``timed_step`` results, keyed like ``times`` and ``faults``."""
     for key, (seconds, count) in step.items():
         times[key].append(seconds)
@@ -77,25 +91,25 @@ def measure(
     batch: tuple[torch.Tensor, torch.Tensor],
     rounds: int,
     clock: Callable[[], float],
-) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[int]]]:
+) -> tuple[dict[str, list[StepTimes]], dict[str, list[float]], dict[str, list[int]]]:
     """Per-step times and minor page faults of each model, and the per-round supernet/static ratios
     (two warm-up rounds). ``activate(arch)`` makes the supernet run ``arch``; within a round the two
     sides alternate which goes first, so machine noise hits both alike."""
     super_opt = sgd(supernet)
     keys = [f"{kind}_{name}" for name in runs for kind in ("supernet", "static")]
-    times: dict[str, list[float]] = {key: [] for key in keys}
+    times: dict[str, list[StepTimes]] = {key: [] for key in keys}
     faults: dict[str, list[int]] = {key: [] for key in keys}
     ratios: dict[str, list[float]] = {name: [] for name in runs}
     for r in range(rounds + 2):
         for name, (arch, static, opt) in runs.items():
             activate(arch)
-            step: dict[str, tuple[float, int]] = {}
+            step: dict[str, tuple[StepTimes, int]] = {}
             for kind in ("static", "supernet") if r % 2 else ("supernet", "static"):
                 model, optimizer = (static, opt) if kind == "static" else (supernet, super_opt)
                 step[kind] = timed_step(model, optimizer, batch, clock)
             if r >= 2:
                 _record({f"{kind}_{name}": result for kind, result in step.items()}, times, faults)
-                ratios[name].append(step["supernet"][0] / step["static"][0])
+                ratios[name].append(sum(step["supernet"][0]) / sum(step["static"][0]))
     return times, ratios, faults
 
 
@@ -104,14 +118,14 @@ def measure_models(
     batch: tuple[torch.Tensor, torch.Tensor],
     rounds: int,
     clock: Callable[[], float],
-) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[int]]]:
+) -> tuple[dict[str, list[StepTimes]], dict[str, list[float]], dict[str, list[int]]]:
     """Per-step times and minor page faults of each model, and each later model's per-round ratio to the
     first (two warm-up rounds). Each round runs the models in a fresh seeded order, so machine noise hits
     all alike and no model always follows the same neighbour (whose freed memory, warm in cache, it would
     reuse when their tensors have the same sizes)."""
     names = list(models)
     shuffler = random.Random(0)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    times: dict[str, list[StepTimes]] = {name: [] for name in names}
     faults: dict[str, list[int]] = {name: [] for name in names}
     ratios: dict[str, list[float]] = {name: [] for name in names[1:]}
     for r in range(rounds + 2):
@@ -119,17 +133,23 @@ def measure_models(
         if r >= 2:
             _record(step, times, faults)
             for name in ratios:
-                ratios[name].append(step[name][0] / step[names[0]][0])
+                ratios[name].append(sum(step[name][0]) / sum(step[names[0]][0]))
     return times, ratios, faults
 
 
+def _median_ms(seconds: Iterable[float]) -> float:
+    return round(statistics.median(seconds) * 1000, 2)
+
+
 def summarize(
-    times: dict[str, list[float]], ratios: dict[str, list[float]], faults: dict[str, list[int]]
+    times: dict[str, list[StepTimes]], ratios: dict[str, list[float]], faults: dict[str, list[int]]
 ) -> dict[str, object]:
-    """Median step times (ms) and page faults, and each median ratio with its quartiles (``ratios`` names
-    them, in order)."""
+    """Median step times (ms) and page faults, each median ratio with its quartiles (``ratios`` names them, in
+    order), and per part of the step (``forward_ms``, ``backward_ms``, ``update_ms``) each model's median."""
     result: dict[str, object] = {"ratios": list(ratios)}
-    result.update({f"{k}_ms": round(statistics.median(v) * 1000, 2) for k, v in times.items()})
+    result.update({f"{k}_ms": _median_ms(sum(step) for step in v) for k, v in times.items()})
+    for i, part in enumerate(StepTimes._fields):
+        result[f"{part}_ms"] = {k: _median_ms(step[i] for step in v) for k, v in times.items()}
     result.update({f"faults_{k}": statistics.median(v) for k, v in faults.items()})
     for name, values in ratios.items():
         q1, q2, q3 = statistics.quantiles(values, n=4)
@@ -172,7 +192,8 @@ def median_of_invocations(
 ) -> dict[str, object]:
     """Run ``command`` (which prints a `summarize` result as JSON on its last line) in ``invocations``
     fresh processes in ``cwd``, one after another: the median of their ``overhead_*`` figures, each
-    one's (``*_runs``), their page faults (``faults_*_runs``), and the ``passed_on`` keys of the first."""
+    one's (``*_runs``), their page faults (``faults_*_runs``), the median of each model's median time of each
+    part of the step (``forward_ms``, ...), and the ``passed_on`` keys of the first."""
     runs = []
     for _ in range(invocations):
         done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})})
@@ -188,6 +209,8 @@ def median_of_invocations(
         result[f"overhead_{name}_runs"] = figures
     for key in (key for key in runs[0] if key.startswith("faults_")):
         result[f"{key}_runs"] = [run[key] for run in runs]
+    for key in (f"{part}_ms" for part in StepTimes._fields):
+        result[key] = {model: round(statistics.median(run[key][model] for run in runs), 2) for model in runs[0][key]}
     result.update({key: runs[0][key] for key in passed_on})
     result["invocations"] = invocations
     return result

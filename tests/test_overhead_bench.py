@@ -11,8 +11,10 @@ import time
 import pytest
 import torch
 from helpers import tiny_space
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from bench import elastic_breakdown, elastic_overhead, official_overhead
+from bench.step_timing import StepTimes, summarize
 from ofa.families.mbv3.elastic import ElasticSqueezeExcite
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 
@@ -48,14 +50,27 @@ def test_each_round_times_both_sides_and_trains_both():
     before = {name: static.conv_stem.weight.clone() for name, (_, static, _) in runs.items()}
     stem = supernet.conv_stem.weight.clone()
     x, y = torch.randn(4, 3, 12, 12), torch.randint(0, space.num_classes, (4,))
-    clock, cost = ForwardClock(), {"max": (6.0, 4.0), "min": (3.0, 1.0)}  # seconds: (supernet, static twin)
+    clock, cost = ForwardClock(), {"max": (5.5, 3.5), "min": (2.5, 0.5)}  # forward seconds: (supernet, twin)
     clock.charge(supernet, lambda: cost["max" if supernet.active_arch == archs["max"] else "min"][0])
     for name, (_, static, _) in runs.items():
         clock.charge(static, lambda name=name: cost[name][1])
-    times, ratios, faults = elastic_overhead.measure(supernet, supernet.set_active, runs, (x, y), 3, clock)
-    assert ratios == {"max": [1.5] * 3, "min": [3.0] * 3}  # the two warm-up rounds are left out
+
+    def update(optimizer, args, kwargs):  # every optimizer step: half a second
+        clock.now += 0.5
+
+    handle = register_optimizer_step_pre_hook(update)
+    try:
+        times, ratios, faults = elastic_overhead.measure(supernet, supernet.set_active, runs, (x, y), 3, clock)
+    finally:
+        handle.remove()
+    assert ratios == {"max": [1.5] * 3, "min": [3.0] * 3}  # whole steps; the two warm-up rounds are left out
+    summary = summarize(times, ratios, faults)
     for name in archs:
-        assert times[f"supernet_{name}"] == [cost[name][0]] * 3 and times[f"static_{name}"] == [cost[name][1]] * 3
+        for kind, forward in zip(("supernet", "static"), cost[name]):
+            assert times[f"{kind}_{name}"] == [StepTimes(forward, 0.0, 0.5)] * 3  # each part where it ran
+            assert summary[f"{kind}_{name}_ms"] == (forward + 0.5) * 1000
+            assert summary["forward_ms"][f"{kind}_{name}"] == forward * 1000
+            assert summary["update_ms"][f"{kind}_{name}"] == 500.0 and summary["backward_ms"][f"{kind}_{name}"] == 0
         assert all(isinstance(n, int) and n >= 0 for kind in ("supernet", "static") for n in faults[f"{kind}_{name}"])
         assert not torch.equal(runs[name][1].conv_stem.weight, before[name])
     assert not torch.equal(supernet.conv_stem.weight, stem)
@@ -124,7 +139,7 @@ def test_measure_models_shuffles_the_order_each_round_and_divides_by_the_first_m
 
     def fake_step(model, optimizer, batch, clock):
         order.append(model)
-        return {"a": 2.0, "b": 3.0, "c": 5.0}[model], 0
+        return StepTimes({"a": 2.0, "b": 3.0, "c": 5.0}[model], 0.0, 0.0), 0
 
     monkeypatch.setattr(sys.modules[elastic_breakdown.measure_models.__module__], "timed_step", fake_step)
     models = {name: (name, None) for name in ("a", "b", "c")}
@@ -134,7 +149,7 @@ def test_measure_models_shuffles_the_order_each_round_and_divides_by_the_first_m
     before = {m: {order[i - 1] for i in range(1, len(order)) if order[i] == m} for m in "abc"}
     assert all(before[m] - {m} == set("abc") - {m} for m in "abc")  # no model always follows the same one
     assert ratios == {"b": [1.5] * 10, "c": [2.5] * 10}
-    assert times["a"] == [2.0] * 10 and faults["c"] == [0] * 10
+    assert times["a"] == [StepTimes(2.0, 0.0, 0.0)] * 10 and faults["c"] == [0] * 10
     order.clear()
     elastic_breakdown.measure_models(models, (None, None), 10, time.perf_counter)
     assert [tuple(order[i : i + 3]) for i in range(0, len(order), 3)] == rounds  # seeded: the same orders
