@@ -71,16 +71,16 @@ def timed_step(
 ) -> tuple[StepTimes, int]:
     """The parts' seconds and the minor page faults of one `sgd_step`."""
     before = minor_faults()
-    seconds = sgd_step(model, optimizer, *batch, clock)
-    return seconds, minor_faults() - before
+    parts = sgd_step(model, optimizer, *batch, clock)
+    return parts, minor_faults() - before
 
 
 def _record(
     step: dict[str, tuple[StepTimes, int]], times: dict[str, list[StepTimes]], faults: dict[str, list[int]]
 ) -> None:
     """Append one round's ``timed_step`` results, keyed like ``times`` and ``faults``."""
-    for key, (seconds, count) in step.items():
-        times[key].append(seconds)
+    for key, (parts, count) in step.items():
+        times[key].append(parts)
         faults[key].append(count)
 
 
