@@ -36,6 +36,10 @@ class StepTimes(NamedTuple):
     backward: float
     update: float  # the optimizer's step
 
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.update
+
 
 def sgd_step(
     model: torch.nn.Module,
@@ -109,7 +113,7 @@ def measure(
                 step[kind] = timed_step(model, optimizer, batch, clock)
             if r >= 2:
                 _record({f"{kind}_{name}": result for kind, result in step.items()}, times, faults)
-                ratios[name].append(sum(step["supernet"][0]) / sum(step["static"][0]))
+                ratios[name].append(step["supernet"][0].total / step["static"][0].total)
     return times, ratios, faults
 
 
@@ -133,7 +137,7 @@ def measure_models(
         if r >= 2:
             _record(step, times, faults)
             for name in ratios:
-                ratios[name].append(sum(step[name][0]) / sum(step[names[0]][0]))
+                ratios[name].append(step[name][0].total / step[names[0]][0].total)
     return times, ratios, faults
 
 
@@ -147,9 +151,9 @@ def summarize(
     """Median step times (ms) and page faults, each median ratio with its quartiles (``ratios`` names them, in
     order), and per part of the step (``forward_ms``, ``backward_ms``, ``update_ms``) each model's median."""
     result: dict[str, object] = {"ratios": list(ratios)}
-    result.update({f"{k}_ms": _median_ms(sum(step) for step in v) for k, v in times.items()})
-    for i, part in enumerate(StepTimes._fields):
-        result[f"{part}_ms"] = {k: _median_ms(step[i] for step in v) for k, v in times.items()}
+    result.update({f"{k}_ms": _median_ms(step.total for step in v) for k, v in times.items()})
+    for part in StepTimes._fields:
+        result[f"{part}_ms"] = {k: _median_ms(getattr(step, part) for step in v) for k, v in times.items()}
     result.update({f"faults_{k}": statistics.median(v) for k, v in faults.items()})
     for name, values in ratios.items():
         q1, q2, q3 = statistics.quantiles(values, n=4)
