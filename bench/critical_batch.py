@@ -25,6 +25,11 @@ own standard error over its measurement steps (`ofa.train.noise_scale.b_simple_l
 
 Writes bench/data/critical_batch.png or --out (steps vs examples per batch size, the fitted curve, B_crit and
 B_simple); prints one JSON object as the last line.
+
+Each finished (batch, rate) run is kept in ``--cache`` (default ``runs/bench/critical_batch/``: its steps, and
+the weights where it reached the target), keyed by everything that decides it (the run's recipe, the starting
+checkpoint, the target, the limits), so a sweep that was stopped continues where it stopped: a long sweep on
+a slow machine can span several sittings. Delete the folder to train every run again.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import torch
 from matplotlib.figure import Figure
 
 from bench.common import DATA, ROOT
+from bench.ps_runs import digest
 from ofa.data.config import missing_dataset
 from ofa.data.loaders import make_loader, set_loader_epoch
 from ofa.train.bn import CalibrationBatches
@@ -53,7 +59,7 @@ from ofa.train.noise_measure import NoiseMeasureConfig, measure_phase_noise
 from ofa.train.noise_scale import log_interval
 from ofa.train.recipe import Recipe, load_recipe
 from ofa.utils.errors import OFAError
-from ofa.utils.io import read_yaml
+from ofa.utils.io import file_sha256, load_torch, read_json, read_yaml, save_torch, write_json
 
 # Per data set (the recipe's data.name), fixed before the sweep: a val loss that every batch size of
 # the default sweep reaches with some rate of its grid well inside --max-epochs. Fashion-MNIST's was set
@@ -62,6 +68,7 @@ TARGET_VAL_LOSS = {"digits": 0.35, "fashion_mnist": 0.45}
 LR_FACTORS = (0.5, 1.0, 2.0)  # default grid around the recipe's rate scaled by sqrt(B / recipe batch)
 CHECK_RATIO = 1.08  # evaluate when the examples seen pass the next point of this geometric grid
 GOAL = (0.5, 2.0)  # B_crit / B_simple
+DEFAULT_CACHE = ROOT / "runs" / "bench" / "critical_batch"
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class Sweep:
     noise_accumulate: int
     out_png: Path
     lr_factors: tuple[float, ...] = LR_FACTORS
+    cache: Path | None = None  # finished runs kept here (None: nothing kept)
 
     def __post_init__(self) -> None:
         if not self.lr_factors or min(self.lr_factors) <= 0:
@@ -92,6 +100,7 @@ class Run:
     steps: int | None  # None: target not reached (or diverged)
     examples: int | None
     note: str
+    cached: bool = False  # read from the sweep's cache, not trained in this invocation
 
 
 def run_recipe(sweep: Sweep, batch: int, lr: float) -> Recipe:
@@ -174,6 +183,39 @@ def train_to_target(
         return Run(batch, lr, None, None, f"not reached in {sweep.max_epochs} epochs"), None
 
 
+def cached_run(
+    sweep: Sweep, p: int, state: dict | None, batch: int, lr: float, max_steps: int | None = None
+) -> tuple[Run, dict | None]:
+    """`train_to_target`, or its result kept in ``sweep.cache`` by an earlier invocation (training is
+    deterministic: the same key trains the same run)."""
+    if sweep.cache is None:
+        return train_to_target(sweep, p, state, batch, lr, max_steps)
+    start = (
+        None if sweep.run_dir is None else file_sha256(CheckpointStore(Path(sweep.run_dir) / "checkpoints").paths()[-1])
+    )
+    key = digest(
+        {
+            "recipe": run_recipe(sweep, batch, lr).training_dict(),
+            "phase": p,
+            "start": start,
+            "target": sweep.target,
+            "max_epochs": sweep.max_epochs,
+            "max_steps": max_steps,
+            "check_ratio": CHECK_RATIO,
+        }
+    )
+    record, weights_file = sweep.cache / f"run-{key}.json", sweep.cache / f"run-{key}.pt"
+    if record.is_file():
+        kept = read_json(record, "cached critical-batch run")
+        weights = load_torch(weights_file, "cached run weights")["state_dict"] if kept["steps"] else None
+        return Run(batch, lr, kept["steps"], kept["examples"], kept["note"], cached=True), weights
+    run, weights = train_to_target(sweep, p, state, batch, lr, max_steps)
+    if weights is not None:  # first: the record says the run is finished
+        save_torch(weights_file, {"state_dict": weights})
+    write_json(record, {"batch": batch, "lr": lr, "steps": run.steps, "examples": run.examples, "note": run.note})
+    return run, weights
+
+
 def measure_b_simple(sweep: Sweep, p: int, state: dict | None, ref: Run, weights: dict) -> dict:
     """B_simple at ``weights`` with the reference run's micro-batches (learning rate zero)."""
     recipe = run_recipe(sweep, ref.batch, ref.lr)
@@ -235,12 +277,13 @@ def sweep_runs(
         for f in sorted(sweep.lr_factors, key=lambda f: abs(math.log(f / anchor))):
             lr = round(base_lr * math.sqrt(batch / ref_batch) * f, 5)
             leader = best.get(batch)
-            run, weights = train_to_target(sweep, p, state, batch, lr, leader.steps if leader else None)
+            run, weights = cached_run(sweep, p, state, batch, lr, leader.steps if leader else None)
             if run.steps is not None and (leader is None or run.steps < leader.steps):
                 best[batch], anchor = run, f
             print(
                 f"batch {batch:5d} lr {lr:<8g} {run.note}"
-                + (f": {run.steps} steps, {run.examples} examples" if run.steps else ""),
+                + (f": {run.steps} steps, {run.examples} examples" if run.steps else "")
+                + (" (cached)" if run.cached else ""),
                 file=sys.stderr,
                 flush=True,
             )
@@ -340,6 +383,7 @@ def report(
         "ratio_high": _sig(ratio_high),
         "in_goal": bool(ratio and GOAL[0] <= ratio <= GOAL[1]),
         "png": _shown(sweep.out_png),
+        "runs_cached": sum(r.cached for r in runs),  # trained by an earlier invocation: not in ``seconds``
         "seconds": round(seconds, 1),
     }
 
@@ -371,6 +415,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--noise-steps", type=int, default=30, help="B_simple measurement steps (default 30)")
     ap.add_argument("--noise-accumulate", type=int, default=16, help="micro-batches per measurement step (default 16)")
     ap.add_argument("--out", default=str(DATA / "critical_batch.png"), help="the PNG to write")
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help="folder of finished runs a stopped sweep continues from (default runs/bench/critical_batch)",
+    )
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     return ap.parse_args(argv)
 
@@ -388,6 +438,7 @@ def sweep_of(args: argparse.Namespace) -> Sweep:
         args.noise_accumulate,
         Path(args.out),
         tuple(args.lr_factors),
+        args.cache,
     )
 
 

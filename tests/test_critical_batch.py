@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from helpers import TINY_RECIPE
 
@@ -125,3 +127,31 @@ def test_sweep_tries_the_last_best_factor_first_and_stops_runs_that_can_no_longe
     }  # the same best steps as running every rate to the end
     assert best[256].lr == 2.0  # factor 1 (lr 1 x sqrt(256 / 64)): of the tied rates, the first tried
     assert list(ref_weights) == [1.0]  # the reference batch size's reached runs keep their weights
+
+
+def test_a_stopped_sweep_continues_from_the_runs_its_cache_kept(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    sweep = critical_batch.Sweep(
+        str(TINY_RECIPE), None, None, (16,), 16, 1.0, 3, 1, 1, tmp_path / "c.png", (1.0,), cache
+    )
+    run, weights = critical_batch.cached_run(sweep, 0, None, 16, 0.1)
+    assert run.steps and not run.cached and len(list(cache.glob("run-*.json"))) == 1
+
+    def must_not_train(*args):
+        raise AssertionError("a kept run was trained again")
+
+    monkeypatch.setattr(critical_batch, "train_to_target", must_not_train)
+    again, kept = critical_batch.cached_run(sweep, 0, None, 16, 0.1)
+    assert again == dataclasses.replace(run, cached=True)
+    assert kept.keys() == weights.keys() and all(torch.equal(kept[k], weights[k]) for k in weights)
+
+    trained = []  # anything that decides a run is in its key: each of these trains anew
+    stopped = critical_batch.Run(16, 0.05, None, None, "stopped")
+    monkeypatch.setattr(critical_batch, "train_to_target", lambda *a: trained.append(a) or (stopped, None))
+    critical_batch.cached_run(sweep, 0, None, 16, 0.1, max_steps=5)
+    critical_batch.cached_run(sweep, 0, None, 16, 0.05)
+    critical_batch.cached_run(dataclasses.replace(sweep, target=0.9), 0, None, 16, 0.1)
+    assert len(trained) == 3
+    unreached, none = critical_batch.cached_run(sweep, 0, None, 16, 0.05)  # kept without weights, read back so
+    assert unreached == dataclasses.replace(stopped, cached=True) and none is None and len(trained) == 3
+    assert len(list(cache.glob("run-*.pt"))) == 1
