@@ -255,6 +255,21 @@ BENCHMARKS: dict[str, Benchmark] = {
         },
         on_request=True,
     ),
+    "pipeline_threads": Benchmark(
+        ["-m", "bench.pipeline_threads", "--json"],
+        "the demo's stages after training (collect, fit, search, export; the table given) with one torch thread "
+        "(recipes/digits.yaml's pipeline.threads) and with torch's default, on an idle machine and beside a busy "
+        "loop holding one core: seconds of the four stages, the median of 2 interleaved runs each, and the "
+        "default's over one thread's",
+        ["-m", "bench.pipeline_threads", "--repeat", "1", "--json"],
+        {
+            "idle_seconds": "idle s (threads: s)",
+            "busy_seconds": "busy s (threads: s)",
+            "idle_pool_over_one": "idle: default / one",
+            "busy_pool_over_one": "busy: default / one",
+        },
+        on_request=True,
+    ),
     "digits_schedule": Benchmark(
         ["-m", "bench.digits_schedule", "--json"],
         "the demo's training schedule and teacher chosen on validation only (the row's seeds, each with its own "

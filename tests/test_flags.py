@@ -191,6 +191,8 @@ def test_setting_errors_name_the_recipe_key_and_the_flag(tmp_path, capsys):
     assert "pipeline.lut_block_ms / --lut-block-ms: expected milliseconds > 0" in capsys.readouterr().err
     assert main([*argv[:-1], "pipeline.lut_blocks=2"]) == 2
     assert "pipeline.lut_blocks / --lut-blocks: expected at least 3 blocks, got 2" in capsys.readouterr().err
+    assert main([*argv[:-1], "pipeline.threads=0"]) == 2
+    assert "pipeline.threads / --threads must be at least 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

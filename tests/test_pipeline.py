@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from helpers import FAST, known_call_ms, onnx_top1
 from helpers import TINY_RECIPE as RECIPE
 
@@ -42,10 +43,18 @@ def test_pipeline_end_to_end_and_resume(tmp_path, monkeypatch):
     table = tmp_path / "table.yaml"
     build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=2, max_noise_pct=100.0, progress=False))
     out = tmp_path / "run"
-    cfg = PipelineConfig(recipe=RECIPE, out=out, overrides=SMALL, subnets=12, lut=table)
+    cfg = PipelineConfig(recipe=RECIPE, out=out, overrides=SMALL, subnets=12, lut=table, threads=1)
 
     known_call_ms(monkeypatch, 0.25)  # from here on every timed call reads 0.25 ms: the exports' latency
-    summary, calls, _ = run(cfg)
+    threads, collect = [], pipeline_module.collect  # the stages run on the pipeline's threads, restored after
+    monkeypatch.setattr(pipeline_module, "collect", lambda *a: threads.append(torch.get_num_threads()) or collect(*a))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        summary, calls, _ = run(cfg)
+        assert threads == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
     rows = summary["rows"]
     assert calls[:4] == ["train", "collect", "fit", "search"]
     first_export = {}  # each distinct subnet is exported once, under the first budget that picked it

@@ -38,6 +38,7 @@ from ofa.train.recipe import PipelineSettings
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label, field_of
 from ofa.utils.io import file_sha256, read_json, write_json, write_text
+from ofa.utils.machine import torch_threads
 from search.find import search_device
 from search.latency import LatencyTable
 from search.predictor.collect import CollectConfig, collect
@@ -89,6 +90,7 @@ class PipelineConfig:
         },
     )
     train_processes: int | None = field(default=None, metadata=_setting("train_processes"))
+    threads: int | None = field(default=None, metadata=_setting("threads"))
     targets_ms: tuple[float, ...] | None = field(default=None, metadata=_setting("targets_ms"))
     subnets: int | None = field(default=None, metadata=_setting("subnets"))
     calib_batches: int | None = field(default=None, metadata=_setting("calib_batches"))
@@ -177,7 +179,7 @@ class Pipeline:
     def run(self) -> PipelineResult:
         recipe = load_recipe(self.cfg.recipe, list(self.cfg.overrides))
         self.settings = self.cfg.settings(recipe)
-        with process_group(recipe.device, timeout=timedelta(hours=24)) as env:
+        with torch_threads(self.settings.threads), process_group(recipe.device, timeout=timedelta(hours=24)) as env:
             self.env = env
             supernet = self.stage("train", lambda: self.train(recipe))
             if env.distributed:

@@ -23,6 +23,15 @@ class PipelineSettings:
             "threads); under torchrun the ranks are torchrun's",
         },
     )
+    threads: int | None = field(
+        default=None,
+        metadata={
+            "metavar": "N",
+            "help": "torch threads of the pipeline's process, shared among its training processes (default: "
+            "torch's, one per core); a small network loses little on one, and a pool of threads slows down "
+            "many-fold while another program holds one of its cores",
+        },
+    )
     subnets: int = field(default=100, metadata={"metavar": "N", "help": "subnets measured for the accuracy predictor"})
     calib_batches: int = field(
         default=8, metadata={"metavar": "N", "help": "BN recalibration batches per measured subnet"}
@@ -85,6 +94,8 @@ class PipelineSettings:
             raise ConfigError(f"{_setting('dtype')}: unknown dtype {self.dtype!r} (choose from float32, int8)")
         if self.train_processes < 1:
             raise ConfigError(f"{_setting('train_processes')} must be at least 1, got {self.train_processes}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"{_setting('threads')} must be at least 1, got {self.threads}")
         if self.subnets < 10:
             raise ConfigError(
                 f"{_setting('subnets')} must be at least 10 (the predictor needs three splits), got {self.subnets}"

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import torch
 
 
 def cpu_name() -> str:
@@ -17,3 +21,15 @@ def cpu_name() -> str:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Torch's intra-op threads set to ``threads`` inside the block, restored after (None: left as they are)."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
