@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 from pathlib import Path
@@ -17,11 +18,12 @@ import pytest
 import torch
 from helpers import FAST
 from helpers import TINY_RECIPE as TINY
+from torch.multiprocessing.spawn import ProcessException
 
 from ofa.cli import main
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.lut.build import TableBuildConfig, build_table
-from ofa.train import load_recipe, train
+from ofa.train import launch, load_recipe, train
 from ofa.train.launch import split_batch, train_processes
 from ofa.utils.errors import OFAError
 
@@ -125,8 +127,36 @@ def test_train_processes_spawns_ranks_that_train_what_one_process_trains(tmp_pat
     worst = max((spawned["state_dict"][k] - single["state_dict"][k]).abs().max().item() for k in params)
     assert worst < 1e-5, f"largest weight difference {worst}"
     assert spawned["meta"]["recipe"]["data"]["batch_size"] == 8  # each rank's share
-    with pytest.raises(OFAError, match="already holds a training run"):  # a rank's error, one line, here
+    with pytest.raises(OFAError, match="already holds a training run"):  # refused before any rank starts
         train_processes(recipe, tmp_path / "spawned", 2)
+
+
+def test_a_ranks_error_reaches_the_caller_as_its_one_line(tmp_path, monkeypatch):
+    """A rank puts its `OFAError` in the queue and exits 2; `train_processes` raises that line (here without
+    spawning: the rank's function runs in this process, and the start of the ranks fails as it would)."""
+    recipe = load_recipe(TINY, COMMON)
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "supernet.pt").write_bytes(b"")
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the rank sets its rendezvous variables
+    errors: queue.SimpleQueue = queue.SimpleQueue()
+    with pytest.raises(SystemExit) as exited:
+        launch._rank(0, 1, 0, recipe, str(held), False, torch.get_num_threads(), errors)
+    assert exited.value.code == 2 and "already holds a training run" in errors.get_nowait()
+
+    lines = ["a rank's error"]
+
+    def failed_start(rank_fn, args, nprocs, start_method):  # a rank's line in the queue (if any), then its exit
+        for line in lines:
+            args[-1].put(line)
+        raise ProcessException("process 1 terminated with exit code 2", 1, 4321)
+
+    monkeypatch.setattr(launch.mp, "start_processes", failed_start)
+    with pytest.raises(OFAError, match=r"^a rank's error$"):
+        train_processes(recipe, tmp_path / "new", 2)
+    lines.clear()  # a rank that died without a line: its exit code
+    with pytest.raises(OFAError, match=r"^a training process failed: process 1 terminated with exit code 2$"):
+        train_processes(recipe, tmp_path / "new", 2)
 
 
 def test_train_processes_must_divide_the_batch_and_the_micro_batches(tmp_path, capsys):

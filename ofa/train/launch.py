@@ -20,6 +20,7 @@ from torch.multiprocessing.spawn import ProcessException
 
 from ofa.train.loop import train
 from ofa.train.recipe import Recipe
+from ofa.train.resume import prepare_run_folder
 from ofa.utils.errors import OFAError
 
 
@@ -45,10 +46,12 @@ def train_processes(
     """`train` ``recipe`` (the whole batch, as one process would) on ``processes`` local ranks; returns
     ``out_dir/supernet.pt``. Each rank gets an equal share of this process's threads. A rank's `OFAError` is
     raised here, one line; a rank that dies otherwise is reported by its exit code; a batch the processes do not
-    divide, naming ``where`` (the setting), before any starts."""
+    divide, naming ``where`` (the setting), and a folder that already holds a run (without ``resume``), before
+    any starts."""
     if processes == 1:
         return train(recipe, out_dir, resume)
     per_rank = split_batch(recipe, processes, where)
+    prepare_run_folder(out_dir, resume)  # each rank checks again: by then the folder exists and holds no run
     threads = max(1, torch.get_num_threads() // processes)
     context = mp.get_context("spawn")
     errors = context.SimpleQueue()
