@@ -1,4 +1,5 @@
-"""The processor this process runs on, as tables, exports and benchmarks record it."""
+"""The processor this process runs on: its name, as tables, exports and benchmarks record it, and torch's
+threads on it."""
 
 from __future__ import annotations
 
