@@ -1,8 +1,9 @@
 """What the benchmarks share: where the repository and the study records are, and reading a result back.
 
 Every benchmark prints its result as one JSON object on its last line (with ``--json``); `last_json`
-is how `bench.run_all` and the step-timing invocations read it. Imports nothing of the ``ofa``
-package: `bench.official_overhead` runs its timing in processes whose ``ofa`` is the official code.
+is how `bench.run_all` and the step-timing invocations read it; `keep_stages` makes a pipeline run stages
+again. Imports nothing of the ``ofa`` package: `bench.official_overhead` runs its timing in processes whose
+``ofa`` is the official code.
 """
 
 from __future__ import annotations
@@ -23,3 +24,10 @@ def last_json(output: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {}
     return result if isinstance(result, dict) else {}
+
+
+def keep_stages(state: Path, stages: tuple[str, ...], out: Path | None = None) -> None:
+    """Write the pipeline state ``state`` (a run's ``pipeline.json``) to ``out`` (default: over itself) with only
+    ``stages`` finished: `ofa pipeline` on that folder runs the other stages again."""
+    finished = json.loads(state.read_text())
+    (out or state).write_text(json.dumps({k: v for k, v in finished.items() if k in stages}))

@@ -41,6 +41,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -87,6 +88,13 @@ class Sweep:
     out_png: Path
     lr_factors: tuple[float, ...] = LR_FACTORS
     cache: Path | None = None  # finished runs kept here (None: nothing kept)
+
+    @cached_property
+    def start_digest(self) -> str | None:
+        """The sha256 of the checkpoint the runs start from (None: the recipe's initial weights), once a sweep."""
+        if self.run_dir is None:
+            return None
+        return file_sha256(CheckpointStore(Path(self.run_dir) / "checkpoints").paths()[-1])
 
     def __post_init__(self) -> None:
         if not self.lr_factors or min(self.lr_factors) <= 0:
@@ -190,14 +198,11 @@ def cached_run(
     deterministic: the same key trains the same run)."""
     if sweep.cache is None:
         return train_to_target(sweep, p, state, batch, lr, max_steps)
-    start = (
-        None if sweep.run_dir is None else file_sha256(CheckpointStore(Path(sweep.run_dir) / "checkpoints").paths()[-1])
-    )
     key = digest(
         {
             "recipe": run_recipe(sweep, batch, lr).training_dict(),
             "phase": p,
-            "start": start,
+            "start": sweep.start_digest,
             "target": sweep.target,
             "max_epochs": sweep.max_epochs,
             "max_steps": max_steps,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import ROOT
+from bench.common import ROOT, keep_stages
 
 TOP1 = re.compile(r"test top-1: largest \(\S+\) ([\d.]+)%, smallest \(\S+\) ([\d.]+)%")
 PASSED = re.compile(r"(\d+) passed")
@@ -59,8 +59,7 @@ def busy_demo(clone: Path, logs: Path) -> dict:
     """The demo again with its table stage under a busy loop on the same core (core 0)."""
     run = clone / "runs" / "digits"
     (run / "latency_table.yaml").unlink()
-    state = json.loads((run / "pipeline.json").read_text())  # the table stage and those after it run again
-    (run / "pipeline.json").write_text(json.dumps({k: v for k, v in state.items() if k in ("train", "collect", "fit")}))
+    keep_stages(run / "pipeline.json", ("train", "collect", "fit"))  # the table stage and those after it run again
     hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
     try:
         seconds, code, out = timed(["taskset", "-c", "0", "make", "demo"], clone, logs / "busy_demo.log")

@@ -23,9 +23,8 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT
+from bench.common import ROOT, keep_stages
 from ofa.pipeline import PipelineConfig, run_pipeline
-from ofa.utils.io import read_json, write_json
 
 RECIPE = ROOT / "recipes" / "digits.yaml"
 TIMED = ("collect", "fit", "search", "export")  # the stages in the pipeline's own process, after training
@@ -36,7 +35,7 @@ def trained_copy(base: Path, out: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     shutil.copy2(base / "supernet.pt", out / "supernet.pt")
-    write_json(out / "pipeline.json", {"train": read_json(base / "pipeline.json", "pipeline state")["train"]})
+    keep_stages(base / "pipeline.json", ("train",), out / "pipeline.json")
     return out
 
 
