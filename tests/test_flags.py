@@ -156,19 +156,26 @@ def test_pipeline_section_round_trips_through_set(tmp_path):
         "lut_budget_s": 0.25,
         "lut_block_ms": 8,
         "lut_blocks": 6,
+        "lut_reference_every": 2,
         "int8": True,
     }
     recipe = write_yaml(tmp_path / "recipe.yaml", raw)
     from_section = _pipeline_settings([str(recipe)])
     assert from_section == PipelineSettings(
-        subnets=50, targets_ms=(1.5, 3.0), lut_budget_s=0.25, lut_block_ms=8.0, lut_blocks=6, int8=True
+        subnets=50,
+        targets_ms=(1.5, 3.0),
+        lut_budget_s=0.25,
+        lut_block_ms=8.0,
+        lut_blocks=6,
+        lut_reference_every=2,
+        int8=True,
     )
 
     section = load_recipe(recipe).to_dict()["pipeline"]  # every key, spelled out
     sets = [f"--set=pipeline.{key}={json.dumps(value)}" for key, value in section.items()]
     assert _pipeline_settings([str(TINY_RECIPE), *sets]) == from_section
     flags = ["--subnets", "50", "--targets-ms", "1.5", "3", "--lut-budget", "0.25", "--lut-block-ms", "8"]
-    flags += ["--lut-blocks", "6", "--int8"]
+    flags += ["--lut-blocks", "6", "--lut-reference-every", "2", "--int8"]
     assert _pipeline_settings([str(TINY_RECIPE), *flags]) == from_section
     # a flag wins over the section, --no-int8 too
     assert _pipeline_settings([str(recipe), "--subnets", "20", "--no-int8"]) == dataclasses.replace(
@@ -191,6 +198,8 @@ def test_setting_errors_name_the_recipe_key_and_the_flag(tmp_path, capsys):
     assert "pipeline.lut_block_ms / --lut-block-ms: expected milliseconds > 0" in capsys.readouterr().err
     assert main([*argv[:-1], "pipeline.lut_blocks=2"]) == 2
     assert "pipeline.lut_blocks / --lut-blocks: expected at least 3 blocks, got 2" in capsys.readouterr().err
+    assert main([*argv[:-1], "pipeline.lut_reference_every=0"]) == 2
+    assert "pipeline.lut_reference_every / --lut-reference-every must be at least 1, got 0" in capsys.readouterr().err
     assert main([*argv[:-1], "pipeline.threads=0"]) == 2
     assert "pipeline.threads / --threads must be at least 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

@@ -343,17 +343,55 @@ def test_paired_estimate_holds_where_bursts_outlast_a_models_blocks(monkeypatch)
     (``reference_span_s``, on the simulated clock here)."""
     monkeypatch.setattr(timing, "host_steal_ticks", lambda: 0)
     true_ms = {"layer": 0.02, "block": 0.1, "subnet": 1.0, "large": 3.0, "xl": 5.0}
-    worst = {"paired": 0.0, "quantile": 0.0}
+    estimators = {"paired": {}, "paired_every_2": {"reference_every": 2}, "quantile": {"estimator": "quantile"}}
+    worst = dict.fromkeys(estimators, 0.0)
     for seed in range(4):
-        for estimator in worst:
+        for name, settings in estimators.items():
             host = BurstyHost(seed, busy_ms=3000.0, quiet_ms=1500.0)
-            protocol = Standalone(seed=seed, estimator=estimator, budget_s=5.0, burn_in_s=0.0, span_s=0.0)
-            stats = time_models({k: HostRunner(host, ms) for k, ms in true_ms.items()}, protocol)
+            protocol = Standalone(seed=seed, budget_s=5.0, burn_in_s=0.0, span_s=0.0, **settings)
+            runners = {k: HostRunner(host, ms) for k, ms in true_ms.items()}
+            stats = time_models(runners, protocol)
             errors = [abs(stats[k]["mean_ms"] / ms - 1) for k, ms in true_ms.items()]
-            worst[estimator] = max(worst[estimator], *errors)
-            if estimator == "paired":
+            worst[name] = max(worst[name], *errors)
+            if name != "quantile":
                 assert all(0 < stats[k]["ci_pct"] <= 2 and stats[k]["count"] >= 15 for k in true_ms)
-    assert worst["paired"] <= 0.03 < 0.3 < worst["quantile"]
+    assert worst["paired"] <= 0.03 and worst["paired_every_2"] <= 0.03 < 0.3 < worst["quantile"], worst
+
+
+class LoggedRunner(Runner):
+    """A model of constant latency that logs its name for every block (a call of at least 3: sizing calls are 1)."""
+
+    def __init__(self, name: str, ms: float, log: list[str]) -> None:
+        self.name, self.ms, self.log = name, ms, log
+
+    def times(self, calls):
+        if calls >= 3:
+            self.log.append(self.name)
+        return np.full(calls, self.ms), np.full(calls, self.ms)
+
+
+def test_a_reference_block_every_two_model_blocks_brackets_each_group(monkeypatch):
+    """``reference_every=2``: two model blocks between reference blocks, a third fewer reference blocks, and each
+    model's figure still its ratio to the reference blocks around its group times the reference's."""
+    monkeypatch.setattr(timing, "host_steal_ticks", lambda: 0)
+    quick = {"warmup": 0, "blocks": 4, "block_ms": 1.0, "budget_s": 0.0, "burn_in_s": 0.0, "span_s": 0.0}
+    quick |= {"reference_span_s": 0.0, "reference_budget_s": 0.0}
+    true_ms, sequences = {"a": 0.1, "b": 0.2, "c": 0.3, "ref": 1.0}, {}
+    for every in (1, 2):
+        log: list[str] = []
+        stats = time_models(
+            {k: LoggedRunner(k, ms, log) for k, ms in true_ms.items()}, Standalone(reference_every=every, **quick)
+        )
+        assert all(stats[k]["mean_ms"] == pytest.approx(ms) for k, ms in true_ms.items())
+        groups = "".join("|" if name == "ref" else name for name in log).strip("|").split("|")
+        assert max(map(len, groups)) == every and log[0] == log[-1] == "ref", log
+        sequences[every] = log
+    assert [len(s) - s.count("ref") for s in sequences.values()] == [12, 12]  # 4 blocks of each of 3 models
+    assert [s.count("ref") for s in sequences.values()] == [13, 9]  # one, then one after each group of a round
+    assert "a reference block every 2 model blocks" in Standalone(reference_every=2).describe()
+    assert protocol_from_dict({"kind": "standalone", "estimator": "paired"}).reference_every == 1
+    with pytest.raises(OFAError, match=r"protocol.reference_every: expected an integer >= 1, got 0"):
+        Standalone(reference_every=0)
     assert Standalone().estimator == "paired" and "reference model's q10" in Standalone().describe()
     assert "reference_quantile" not in Standalone(estimator="quantile").to_dict()
 
@@ -519,6 +557,8 @@ def test_interleaved_protocol_and_thread_clock_stay_available(tmp_path, monkeypa
     assert with_overrides(protocol, repeats=9).rounds == 9
     with pytest.raises(OFAError, match=r"protocol.clock: 'auto' is not one of \['wall', 'thread'\]"):
         with_overrides(Standalone(), clock="auto")
+    with pytest.raises(OFAError, match=r"protocol\.reference_every: the interleaved-rounds protocol has no such"):
+        with_overrides(protocol, reference_every=2)
     with pytest.raises(OFAError, match="kind: 'fastest' is not one of"):
         protocol_from_dict({"kind": "fastest"})
 

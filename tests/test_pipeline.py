@@ -146,9 +146,10 @@ def test_pipeline_builds_its_table_here_and_a_strict_limit_stops_it_in_one_line(
     assert "\n" not in str(info.value) and not (tmp_path / "run" / "latency_table.yaml").exists()
 
     lines: list[str] = []
-    config = PipelineConfig(recipe=RECIPE, out=tmp_path / "warned", lut_budget_s=0.3, lut_block_ms=7.0, lut_blocks=6)
+    lut = {"lut_budget_s": 0.3, "lut_block_ms": 7.0, "lut_blocks": 6, "lut_reference_every": 2}
+    config = PipelineConfig(recipe=RECIPE, out=tmp_path / "warned", **lut)
     path, table = Pipeline(config, log=lines.append).latency_table(space)  # default: warn, write, go on
-    assert protocols[-1] == {"blocks": 6, "budget_s": 0.3, "block_ms": 7.0}  # the table's protocol, from the settings
+    assert protocols[-1] == {"blocks": 6, "budget_s": 0.3, "block_ms": 7.0, "reference_every": 2}  # from the settings
     assert path == tmp_path / "warned" / "latency_table.yaml" and table.noise_pct() == 30.0
     assert sum("warning:" in line and "±30.0%" in line for line in lines) == len(space.resolutions)
     assert all(r["noisy"] for r in table.meta["noise"]["per_resolution"].values())

@@ -40,27 +40,15 @@ def protocol_from_dict(d: Any, source: str = "protocol") -> Protocol:
         raise OFAError(f"{source}: {exc}") from None
 
 
-def with_overrides(
-    protocol: Protocol,
-    repeats: int | None = None,
-    warmup: int | None = None,
-    calls: int | None = None,
-    clock: str | None = None,
-    target_pct: float | None = None,
-    budget_s: float | None = None,
-    block_ms: float | None = None,
-) -> Protocol:
-    """``protocol`` with what a command line asks for (None: keep): repeats are blocks or rounds;
-    ``target_pct``, ``budget_s`` and ``block_ms`` are the standalone estimator's (an error for the interleaved
-    protocol)."""
-    changes: dict[str, Any] = {
-        k: v for k, v in (("warmup", warmup), ("calls", calls), ("clock", clock)) if v is not None
-    }
-    for name, value in (("target_pct", target_pct), ("budget_s", budget_s), ("block_ms", block_ms)):
-        if value is not None:
-            if not isinstance(protocol, Standalone):
-                raise OFAError(f"protocol.{name}: the {protocol.kind} protocol has no such setting")
-            changes[name] = value
+def with_overrides(protocol: Protocol, repeats: int | None = None, **settings: Any) -> Protocol:
+    """``protocol`` with what a command line asks for (None: keep): repeats are blocks (standalone) or rounds
+    (interleaved); ``settings`` are the protocol's own fields (``warmup``, ``clock``, the standalone estimator's
+    ``target_pct``, ``block_ms``, ...), a field the protocol lacks is one line naming it."""
+    names = {f.name for f in fields(protocol)}
+    changes = {k: v for k, v in settings.items() if v is not None}
+    unknown = sorted(changes.keys() - names)
+    if unknown:
+        raise OFAError(f"protocol.{unknown[0]}: the {protocol.kind} protocol has no such setting")
     if repeats is not None:
         changes["blocks" if isinstance(protocol, Standalone) else "rounds"] = repeats
     return replace(protocol, **changes)

@@ -42,8 +42,9 @@ median of its ratios times the reference's low quantile (``reference_quantile``,
 span the whole timing), and its interval combines both. Blocks are added until the ratio's interval is
 within ``target_pct``; the reference is then timed on alone until the timing has lasted ``reference_span_s``
 in all (longer than the host's bursts) and while its own interval is wider (up to ``reference_budget_s``
-more), so that its quiet figure comes from outside any burst. One model alone is timed with the quantile
-rule above.
+more), so that its quiet figure comes from outside any burst. ``reference_every`` > 1 times that many model
+blocks between two reference blocks, each model's ratio to the two around its group: less of the timing goes to
+the reference. One model alone is timed with the quantile rule above.
 
 What a model's timing reports: ``mean_ms`` (the figure), ``ci_pct`` (the half-width of its 95% interval,
 % of the figure: the measurement's noise, `noise_pct` of the judged models), ``spread_pct`` (the block
@@ -118,6 +119,9 @@ class Standalone:
     # the others took less): longer than the host's bursts, so that the reference's low quantile is a quiet one
     reference_budget_s: float = 10.0  # paired: and past that, most seconds of it alone while its interval is wider
     # than target_pct
+    reference_every: int = 1  # paired: model blocks between two reference blocks (each model's ratio is to the two
+    # around its group): 2 spends a third of the timing on the reference instead of half, a little farther from
+    # each block, which the host's bursts (longer than a few blocks) barely notice
     target_pct: float = 2.0  # quantile: blocks are added until the figure's 95% half-width is within this %
     budget_s: float = 1.0  # quantile: most seconds of timing per model once its least blocks are in
     burn_in_s: float = 1.0  # quantile: untimed round-robin calls of every model first (see `_burn_in`)
@@ -132,7 +136,7 @@ class Standalone:
             object.__setattr__(self, "calls", 3 if quantile else 50)
         if self.blocks is None:
             object.__setattr__(self, "blocks", 15 if quantile else 7)
-        check_fields(self, {"warmup": 0, "calls": 1, "blocks": 1}, ("wall", "thread"))
+        check_fields(self, {"warmup": 0, "calls": 1, "blocks": 1, "reference_every": 1}, ("wall", "thread"))
         bounds = (("block_ms", 0, math.inf), ("quantile", 0, 1), ("reference_quantile", 0, 1))
         bounds += (("target_pct", 0, math.inf),)
         for name, low, high in bounds:
@@ -162,7 +166,9 @@ class Standalone:
             f"95% interval within ±{self.target_pct:g}% or {self.budget_s:g} s per model"
             + (f", spanning >= {self.span_s:g} s" if self.span_s else "")
             + (
-                f" (several models timed together: ratios to a reference model's q{100 * self.reference_quantile:g})"
+                f" (several models timed together: ratios to a reference model's q{100 * self.reference_quantile:g}"
+                + (f", a reference block every {self.reference_every} model blocks" if self.reference_every > 1 else "")
+                + ")"
                 if self.estimator == "paired"
                 else ""
             )
@@ -330,20 +336,23 @@ class Standalone:
         states: dict[str, Blocks],
         progress: Callable[[int], None] | None,
     ) -> None:
-        """Blocks of each model between blocks of the reference until its ratios' interval is within target."""
+        """Blocks of the models, ``reference_every`` at a time, between blocks of the reference until each model's
+        ratios' interval is within target."""
         rng = np.random.default_rng(self.seed + len(reference.states))  # a set paired after others: its own order
-        ref, ref_state = reference.runner, reference.state
+        ref, ref_state, every = reference.runner, reference.state, self.reference_every
         ratios: dict[str, list[float]] = {name: [] for name in runners}
         self._block(ref, ref_state)
         active = list(runners)
         while active:
-            for i in rng.permutation(len(active)):
-                name = active[i]
-                self._block(runners[name], states[name])
+            order = [active[i] for i in rng.permutation(len(active))]
+            for group in (order[i : i + every] for i in range(0, len(order), every)):
+                for name in group:
+                    self._block(runners[name], states[name])
                 self._block(ref, ref_state)
-                ratio = block_ratio(states[name].figures[-1], ref_state.figures[-2:])
-                if ratio is not None:
-                    ratios[name].append(ratio)
+                for name in group:
+                    ratio = block_ratio(states[name].figures[-1], ref_state.figures[-2:])
+                    if ratio is not None:
+                        ratios[name].append(ratio)
             finished = [n for n in active if self._done(states[n], ratios[n])]
             active = [n for n in active if n not in finished]
             if progress and finished:

@@ -99,6 +99,7 @@ class PipelineConfig:
     lut_budget_s: float | None = field(default=None, metadata=_setting("lut_budget_s"))
     lut_block_ms: float | None = field(default=None, metadata=_setting("lut_block_ms"))
     lut_blocks: int | None = field(default=None, metadata=_setting("lut_blocks"))
+    lut_reference_every: int | None = field(default=None, metadata=_setting("lut_reference_every"))
     int8: bool | None = field(default=None, metadata=_setting("int8"))
     dtype: Literal["float32", "int8"] | None = field(default=None, metadata=_setting("dtype"))
     seed: int = field(default=0, metadata={"help": "seed of subnet sampling, search and export"})
@@ -251,7 +252,10 @@ class Pipeline:
             return given, table
         path = self.out / "latency_table.yaml"
         protocol = Standalone(
-            blocks=settings.lut_blocks, budget_s=settings.lut_budget_s, block_ms=settings.lut_block_ms
+            blocks=settings.lut_blocks,
+            budget_s=settings.lut_budget_s,
+            block_ms=settings.lut_block_ms,
+            reference_every=settings.lut_reference_every,
         )
         key = digest(
             [space.fingerprint(), "ort-cpu", 1, 1, protocol.to_dict(), settings.max_noise_pct, *self.dtype_key()]
