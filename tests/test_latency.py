@@ -553,12 +553,12 @@ def test_interleaved_protocol_and_thread_clock_stay_available(tmp_path, monkeypa
     user = check_table(table, CheckConfig(n=2, repeats=2, budget_s=0.0, progress=False))  # as a user measures
     assert user.summary["protocol"]["kind"] == "standalone" and user.summary["clock"] == "wall"
     assert user.summary["protocol"]["blocks"] == 2
-    assert with_overrides(Standalone(), repeats=4, clock="thread").clock_name("cpu", 1) == "thread-cpu-time"
-    assert with_overrides(protocol, repeats=9).rounds == 9
+    assert with_overrides(Standalone(), {"repeats": 4, "clock": "thread"}).clock_name("cpu", 1) == "thread-cpu-time"
+    assert with_overrides(protocol, {"repeats": 9}).rounds == 9
     with pytest.raises(OFAError, match=r"protocol.clock: 'auto' is not one of \['wall', 'thread'\]"):
-        with_overrides(Standalone(), clock="auto")
+        with_overrides(Standalone(), {"clock": "auto"})
     with pytest.raises(OFAError, match=r"protocol\.reference_every: the interleaved-rounds protocol has no such"):
-        with_overrides(protocol, reference_every=2)
+        with_overrides(protocol, {"reference_every": 2})
     with pytest.raises(OFAError, match="kind: 'fastest' is not one of"):
         protocol_from_dict({"kind": "fastest"})
 

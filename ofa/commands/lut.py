@@ -68,9 +68,9 @@ class BuildProtocol:
     )
 
     def build(self) -> Protocol:
-        """The named protocol with the changes (the other fields are `with_overrides`'s keywords)."""
+        """The named protocol with the changes (the other fields, as `with_overrides` reads them)."""
         changes = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "protocol"}
-        return with_overrides(PROTOCOLS[self.protocol](), **changes)
+        return with_overrides(PROTOCOLS[self.protocol](), changes)
 
 
 def register(subparsers: Any) -> None:

@@ -299,8 +299,8 @@ def check_protocol(table: LatencyTable, cfg: CheckConfig) -> Protocol:
     stored = protocol_from_dict(table.meta["protocol"], f"{table.source}: meta.protocol")
     protocol = stored if cfg.protocol == "table" or isinstance(stored, Standalone) else Standalone()
     if not isinstance(protocol, Standalone):
-        return with_overrides(protocol, repeats=cfg.repeats)
-    return with_overrides(protocol, repeats=cfg.repeats, target_pct=cfg.target_pct, budget_s=cfg.budget_s)
+        return with_overrides(protocol, {"repeats": cfg.repeats})
+    return with_overrides(protocol, {"repeats": cfg.repeats, "target_pct": cfg.target_pct, "budget_s": cfg.budget_s})
 
 
 def check_table(table: LatencyTable, cfg: CheckConfig) -> CheckResult:

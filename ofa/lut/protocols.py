@@ -40,18 +40,17 @@ def protocol_from_dict(d: Any, source: str = "protocol") -> Protocol:
         raise OFAError(f"{source}: {exc}") from None
 
 
-def with_overrides(protocol: Protocol, repeats: int | None = None, **settings: Any) -> Protocol:
-    """``protocol`` with what a command line asks for (None: keep): repeats are blocks (standalone) or rounds
-    (interleaved); ``settings`` are the protocol's own fields (``warmup``, ``clock``, the standalone estimator's
-    ``target_pct``, ``block_ms``, ...), a field the protocol lacks is one line naming it."""
-    names = {f.name for f in fields(protocol)}
-    changes = {k: v for k, v in settings.items() if v is not None}
-    unknown = sorted(changes.keys() - names)
+def with_overrides(protocol: Protocol, changes: Mapping[str, Any]) -> Protocol:
+    """``protocol`` with what a command line asks for (a value None: keep): ``repeats`` are blocks (standalone) or
+    rounds (interleaved); the other names are the protocol's own fields (``warmup``, ``clock``, the standalone
+    estimator's ``target_pct``, ``block_ms``, ...), and a field the protocol lacks is one line naming it."""
+    given = {k: v for k, v in changes.items() if v is not None}
+    if "repeats" in given:
+        given["blocks" if isinstance(protocol, Standalone) else "rounds"] = given.pop("repeats")
+    unknown = sorted(given.keys() - {f.name for f in fields(protocol)})
     if unknown:
         raise OFAError(f"protocol.{unknown[0]}: the {protocol.kind} protocol has no such setting")
-    if repeats is not None:
-        changes["blocks" if isinstance(protocol, Standalone) else "rounds"] = repeats
-    return replace(protocol, **changes)
+    return replace(protocol, **given)
 
 
 def time_models(
