@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import queue
 import subprocess
 import sys
@@ -117,8 +118,8 @@ def test_pipeline_under_torchrun_shards_collection_and_leaves_the_rest_to_rank_0
     assert (out / "export" / "arch_1000ms.onnx").is_file() and (out / "summary.md").is_file()
 
 
-def test_train_processes_spawns_ranks_that_train_what_one_process_trains(tmp_path):
-    """`train_processes` (the pipeline's ``train_processes``, no torchrun): 2 spawned ranks, each with half the
+def test_train_processes_starts_ranks_that_train_what_one_process_trains(tmp_path):
+    """`train_processes` (the pipeline's ``train_processes``, no torchrun): 2 ranks (forked), each with half the
     batch and half the micro-batches, end with one process's weights."""
     recipe = load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=2"])
     spawned = torch.load(train_processes(recipe, tmp_path / "spawned", 2), weights_only=True)
@@ -129,6 +130,22 @@ def test_train_processes_spawns_ranks_that_train_what_one_process_trains(tmp_pat
     assert spawned["meta"]["recipe"]["data"]["batch_size"] == 8  # each rank's share
     with pytest.raises(OFAError, match="already holds a training run"):  # refused before any rank starts
         train_processes(recipe, tmp_path / "spawned", 2)
+
+
+def test_ranks_fork_on_one_thread_each_and_spawn_otherwise(tmp_path, monkeypatch):
+    """A rank on one thread is forked (this process's modules, no imports again); several threads per rank, or
+    CUDA in use, spawn, which pickles the rank's arguments: they must pickle."""
+    assert launch.start_method(1) == "fork" and launch.start_method(2) == "spawn"
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert launch.start_method(1) == "spawn"
+    per_rank = split_batch(load_recipe(TINY, COMMON), 2)
+    assert pickle.loads(pickle.dumps(per_rank)) == per_rank
+    starts: list[str] = []
+    start = lambda fn, args, nprocs, start_method: starts.append(start_method)  # noqa: E731
+    monkeypatch.setattr(launch.mp, "start_processes", start)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)  # 2 threads for each of 2 ranks
+    train_processes(load_recipe(TINY, COMMON), tmp_path / "run", 2)
+    assert starts == ["spawn"]
 
 
 def test_a_ranks_error_reaches_the_caller_as_its_one_line(tmp_path, monkeypatch):

@@ -53,14 +53,24 @@ def train_processes(
     per_rank = split_batch(recipe, processes, where)
     prepare_run_folder(out_dir, resume)  # each rank checks again: by then the folder exists and holds no run
     threads = max(1, torch.get_num_threads() // processes)
-    context = mp.get_context("spawn")
-    errors = context.SimpleQueue()
+    method = start_method(threads)
+    errors = mp.get_context(method).SimpleQueue()
     args = (processes, _free_port(), per_rank, str(out_dir), resume, threads, errors)
     try:
-        mp.start_processes(_rank, args=args, nprocs=processes, start_method="spawn")
+        mp.start_processes(_rank, args=args, nprocs=processes, start_method=method)
     except ProcessException as exc:
         raise OFAError(errors.get() if not errors.empty() else f"a training process failed: {exc}") from None
     return Path(out_dir) / "supernet.pt"
+
+
+def start_method(threads: int) -> str:
+    """``fork`` where it is safe, else ``spawn``. A forked rank starts at once with this process's modules, where a
+    spawned one imports torch, timm and the package again (seconds each, the `pipeline_demo` row's train stage).
+    Fork is safe for a rank on one thread: with several it would run an OpenMP pool that GNU OpenMP does not
+    carry across a fork, and CUDA does not survive one either."""
+    if threads == 1 and not torch.cuda.is_initialized() and "fork" in mp.get_all_start_methods():
+        return "fork"
+    return "spawn"
 
 
 def _free_port() -> int:
