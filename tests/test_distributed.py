@@ -122,30 +122,32 @@ def test_train_processes_starts_ranks_that_train_what_one_process_trains(tmp_pat
     """`train_processes` (the pipeline's ``train_processes``, no torchrun): 2 ranks (forked), each with half the
     batch and half the micro-batches, end with one process's weights."""
     recipe = load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=2"])
-    spawned = torch.load(train_processes(recipe, tmp_path / "spawned", 2), weights_only=True)
+    ranks = torch.load(train_processes(recipe, tmp_path / "ranks", 2), weights_only=True)
     single = torch.load(train(recipe, tmp_path / "single"), weights_only=True)
     params = [k for k, v in single["state_dict"].items() if v.is_floating_point() and "running_" not in k]
-    worst = max((spawned["state_dict"][k] - single["state_dict"][k]).abs().max().item() for k in params)
+    worst = max((ranks["state_dict"][k] - single["state_dict"][k]).abs().max().item() for k in params)
     assert worst < 1e-5, f"largest weight difference {worst}"
-    assert spawned["meta"]["recipe"]["data"]["batch_size"] == 8  # each rank's share
+    assert ranks["meta"]["recipe"]["data"]["batch_size"] == 8  # each rank's share
     with pytest.raises(OFAError, match="already holds a training run"):  # refused before any rank starts
-        train_processes(recipe, tmp_path / "spawned", 2)
+        train_processes(recipe, tmp_path / "ranks", 2)
 
 
 def test_ranks_fork_on_one_thread_each_and_spawn_otherwise(tmp_path, monkeypatch):
-    """A rank on one thread is forked (this process's modules, no imports again); several threads per rank, or
-    CUDA in use, spawn, which pickles the rank's arguments: they must pickle."""
-    assert launch.start_method(1) == "fork" and launch.start_method(2) == "spawn"
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    assert launch.start_method(1) == "spawn"
-    per_rank = split_batch(load_recipe(TINY, COMMON), 2)
-    assert pickle.loads(pickle.dumps(per_rank)) == per_rank
+    """A rank on one thread, from a process with no other thread, is forked (this process's modules, no imports
+    again); several threads per rank, another thread here, or CUDA in use, spawn, which pickles the rank's
+    arguments: they must pickle."""
     starts: list[str] = []
     start = lambda fn, args, nprocs, start_method: starts.append(start_method)  # noqa: E731
     monkeypatch.setattr(launch.mp, "start_processes", start)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)  # 2 threads for each of 2 ranks
-    train_processes(load_recipe(TINY, COMMON), tmp_path / "run", 2)
-    assert starts == ["spawn"]
+    recipe = load_recipe(TINY, COMMON)
+    for threads, other_threads, cuda in ((2, 1, False), (4, 1, False), (2, 2, False), (2, 1, True)):
+        monkeypatch.setattr(torch, "get_num_threads", lambda threads=threads: threads)  # shared by 2 ranks
+        monkeypatch.setattr(launch.threading, "active_count", lambda n=other_threads: n)
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda cuda=cuda: cuda)
+        train_processes(recipe, tmp_path / f"run{len(starts)}", 2)
+    assert starts == ["fork", "spawn", "spawn", "spawn"]
+    per_rank = split_batch(recipe, 2)
+    assert pickle.loads(pickle.dumps(per_rank)) == per_rank
 
 
 def test_a_ranks_error_reaches_the_caller_as_its_one_line(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -66,11 +67,11 @@ def train_processes(
 def start_method(threads: int) -> str:
     """``fork`` where it is safe, else ``spawn``. A forked rank starts at once with this process's modules, where a
     spawned one imports torch, timm and the package again (seconds each, the `pipeline_demo` row's train stage).
-    Fork is safe for a rank on one thread: with several it would run an OpenMP pool that GNU OpenMP does not
-    carry across a fork, and CUDA does not survive one either."""
-    if threads == 1 and not torch.cuda.is_initialized() and "fork" in mp.get_all_start_methods():
-        return "fork"
-    return "spawn"
+    Fork is safe for a rank on one thread, from a process with no other Python thread: a rank with several
+    threads would run an OpenMP pool that GNU OpenMP does not carry across a fork, a lock another thread holds
+    stays held in the child, and CUDA does not survive a fork either."""
+    alone = threading.active_count() == 1 and not torch.cuda.is_initialized()
+    return "fork" if threads == 1 and alone and "fork" in mp.get_all_start_methods() else "spawn"
 
 
 def _free_port() -> int:
