@@ -255,6 +255,16 @@ BENCHMARKS: dict[str, Benchmark] = {
         },
         on_request=True,
     ),
+    "reference_every": Benchmark(
+        ["-m", "bench.reference_every", "--json"],
+        "the demo's table (recipes/digits.yaml's space and table settings) built with a reference block after every "
+        "model block (1) and after every 2 (2, the recipe's), alternately, 3 rounds; each round's tables judged "
+        "against one plain-loop timing (bench.standalone_latency's loop) of the same 40 random subnets: build "
+        "seconds, share within ±10%, the tables' noise, and the plain loop's own test-retest",
+        ["-m", "bench.reference_every", "--rounds", "1", "--n", "2", "--calls", "20", "--repeats", "2", "--json"],
+        {},
+        on_request=True,
+    ),
     "pipeline_threads": Benchmark(
         ["-m", "bench.pipeline_threads", "--json"],
         "the demo's stages after training (collect, fit, search, export; the table given) with one torch thread "
