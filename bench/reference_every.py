@@ -26,12 +26,14 @@ from ofa.families.family import Space
 from ofa.families.registry import family_of
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.lut.timing import Standalone
+from ofa.pipeline.stages import table_protocol
 from ofa.train.recipe import load_recipe
 from search.latency import LatencyTable
 
 
 def build(space: Space, out: Path, protocol: Standalone) -> tuple[float, LatencyTable]:
-    """The table as the pipeline builds it (`ofa.pipeline.stages.Pipeline.latency_table`), and its seconds."""
+    """The table as the pipeline builds it (`ofa.pipeline.stages.Pipeline.latency_table`, its protocol from
+    `table_protocol`), and its seconds."""
     start = time.perf_counter()
     table = build_table(space, TableBuildConfig(out=out, protocol=protocol, progress=False), warn=lambda _: None)
     return round(time.perf_counter() - start, 1), table
@@ -48,7 +50,7 @@ def plain_rows(space: Space, n: int, seed: int, loop: Loop) -> list[tuple[object
 
 
 def judged(table: LatencyTable, plain: list[tuple[object, float, float]]) -> dict[str, float | None]:
-    rows = [{"predicted_ms": table.predict(a), "measured_ms": m, "retest_ms": r} for a, m, r in plain]
+    rows = [{"predicted_ms": table.predict(a), "measured_ms": m} for a, m, _ in plain]
     noise = table.meta.get("noise", {}).get("per_resolution", {})
     return {
         "within_10pct": share_within(rows),
@@ -60,8 +62,7 @@ def judged(table: LatencyTable, plain: list[tuple[object, float, float]]) -> dic
 def run(recipe: str, every: list[int], rounds: int, n: int, loop: Loop, folder: Path) -> dict:
     """Every round: one table per N (alternating order), then the plain loop; per N each round's figures."""
     parsed = load_recipe(recipe)
-    settings, space = parsed.pipeline, parsed.space
-    base = Standalone(blocks=settings.lut_blocks, budget_s=settings.lut_budget_s, block_ms=settings.lut_block_ms)
+    space, base = parsed.space, table_protocol(parsed.pipeline)
     per_n: dict[int, list[dict]] = {k: [] for k in every}
     retests = []
     for round_ in range(rounds):

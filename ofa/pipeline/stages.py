@@ -70,6 +70,16 @@ def _setting(name: str) -> dict[str, Any]:
     return {**setting.metadata, "help": f"{setting.metadata['help']} (pipeline.{name}{default})"}
 
 
+def table_protocol(settings: PipelineSettings) -> Standalone:
+    """How the pipeline times the table it builds, from its ``lut_*`` settings."""
+    return Standalone(
+        blocks=settings.lut_blocks,
+        budget_s=settings.lut_budget_s,
+        block_ms=settings.lut_block_ms,
+        reference_every=settings.lut_reference_every,
+    )
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """What `ofa pipeline` runs (its options): the recipe (+ ``--set`` overrides) and flags over its
@@ -251,12 +261,7 @@ class Pipeline:
             self.log(f"[lut] using {given} (given){elsewhere}")
             return given, table
         path = self.out / "latency_table.yaml"
-        protocol = Standalone(
-            blocks=settings.lut_blocks,
-            budget_s=settings.lut_budget_s,
-            block_ms=settings.lut_block_ms,
-            reference_every=settings.lut_reference_every,
-        )
+        protocol = table_protocol(settings)
         key = digest(
             [space.fingerprint(), "ort-cpu", 1, 1, protocol.to_dict(), settings.max_noise_pct, *self.dtype_key()]
         )
