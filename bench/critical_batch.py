@@ -29,7 +29,9 @@ B_simple); prints one JSON object as the last line.
 Each finished (batch, rate) run is kept in ``--cache`` (default ``runs/bench/critical_batch/``: its steps, and
 the weights where it reached the target), keyed by everything that decides it (the run's recipe, the starting
 checkpoint, the target, the limits), so a sweep that was stopped continues where it stopped: a long sweep on
-a slow machine can span several sittings. Delete the folder to train every run again.
+a slow machine can span several sittings. The code is not in the key: a run kept from before a change to
+training's numerics (2026-12-06: each micro-batch's dropout masks seeded by its place in the global batch) is a
+draw of the same experiment, not what a retrain gives bit for bit. Delete the folder to train every run again.
 """
 
 from __future__ import annotations

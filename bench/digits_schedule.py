@@ -21,7 +21,9 @@ row shows how far below the bar that falls. The test split is never read here.
     python -m bench.digits_schedule [--only NAME ...] [--seeds 0 1 2 3] [--threads 1] [--json]
 
 Each finished run's figures are kept in ``bench/data/digits_schedule/runs.jsonl`` (its weights in
-``runs/bench/digits_schedule/``), so a rerun trains only what is missing.
+``runs/bench/digits_schedule/``), so a rerun trains only what is missing. The code is not in a run's key: runs
+kept from before 2026-12-06 drew each process's dropout masks from one stream per step (now one per micro-batch
+of the global batch), draws of the same experiment, not what a retrain gives bit for bit.
 """
 
 from __future__ import annotations

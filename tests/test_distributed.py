@@ -28,11 +28,11 @@ from ofa.train import launch, load_recipe, train
 from ofa.train.launch import split_batch, train_processes
 from ofa.utils.errors import OFAError
 
-# No dropout (its masks are per process), and a short schedule: full network, then the sandwich
-# phase with channel reorganization and the teacher. One resolution and a smaller training split (4 steps
-# of the global batch 16 per epoch) keep it quick.
+# Dropout on (each micro-batch's masks are seeded by its place in the global batch, not by the process that
+# runs it), and a short schedule: full network, then the sandwich phase with channel reorganization and the
+# teacher. One resolution and a smaller training split (4 steps of the global batch 16 per epoch) keep it quick.
 COMMON = [
-    "space.dropout=0.0",
+    "space.dropout=0.3",
     "space.resolutions=[8]",
     "data.synthetic.train_size=72",
     "phases.full.epochs=1",

@@ -31,7 +31,7 @@ from ofa.train.noise_scale import (
     suggest_batch_size,
 )
 from ofa.train.recipe import Recipe, load_recipe
-from ofa.train.sampling import step_seed, step_subnets
+from ofa.train.sampling import micro_batch_seeds, step_subnets
 from ofa.utils.errors import OFAError
 from ofa.utils.fields import field_label
 
@@ -146,9 +146,9 @@ def measure_phase_noise(trainer: Trainer, p: int, cfg: NoiseMeasureConfig) -> No
         x, y = next(batches)
         # An epoch index past the phase's end: a subnet stream training never draws.
         archs = step_subnets(r.space, phase, ps.inplace, r.seed, p, phase.total_epochs, i)
-        torch.manual_seed(step_seed(r.seed, p, phase.total_epochs, i, env.rank))
+        seeds = micro_batch_seeds(r.seed, p, phase.total_epochs, i, env.rank, accumulate)
         trainer.net.zero_grad(set_to_none=True)
-        _, norms = ps.accumulate_gradients(archs, x, y, accumulate, True)
+        _, norms = ps.accumulate_gradients(archs, x, y, seeds, True)
         small = all_reduce_sum(torch.tensor(norms.mean_sq, dtype=torch.float64, device=trainer.device), env)
         average_gradients(ps.params, env)
         scale = ps.scaler.get_scale() if ps.scaler.is_enabled() else 1.0

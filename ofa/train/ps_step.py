@@ -20,7 +20,7 @@ from ofa.train.distill import frozen_teacher, soft_cross_entropy
 from ofa.train.distributed import all_reduce_sum, average_gradients
 from ofa.train.noise_scale import MicroBatchGradNorms, NoiseScaleEstimator
 from ofa.train.recipe import Recipe
-from ofa.train.sampling import step_seed, step_subnets
+from ofa.train.sampling import micro_batch_seeds, step_subnets
 from ofa.train.session import TrainingSession
 from ofa.utils.errors import OFAError
 
@@ -56,9 +56,9 @@ class ProgressiveStep:
         mean loss over subnets and ranks."""
         r, phase, env = self.recipe, self.recipe.phases[p], self.env
         archs = step_subnets(r.space, phase, self.inplace, r.seed, p, epoch, step)
-        torch.manual_seed(step_seed(r.seed, p, epoch, step, env.rank))
+        seeds = micro_batch_seeds(r.seed, p, epoch, step, env.rank, self.micro_batches)
         self.optimizer.zero_grad(set_to_none=True)
-        loss, norms = self.accumulate_gradients(archs, x, y, self.micro_batches, self.measure_noise)
+        loss, norms = self.accumulate_gradients(archs, x, y, seeds, self.measure_noise)
         both = torch.tensor([loss, norms.mean_sq if norms else 0.0], dtype=torch.float64, device=self.device)
         stats = all_reduce_sum(both, env) / env.world_size
         loss = float(stats[0])
@@ -83,10 +83,10 @@ class ProgressiveStep:
         return loss
 
     def accumulate_gradients(
-        self, archs: list[Arch], x: torch.Tensor, y: torch.Tensor, micro_batches: int, measure_noise: bool
+        self, archs: list[Arch], x: torch.Tensor, y: torch.Tensor, dropout_seeds: list[int], measure_noise: bool
     ) -> tuple[float, MicroBatchGradNorms | None]:
-        """Backward of every subnet on every micro-batch (micro-batches outermost, so each one's
-        gradient can be read off for the noise scale). Returns the mean loss and those norms."""
+        """Backward of every subnet on every micro-batch, one per dropout seed (micro-batches outermost, so each
+        one's gradient can be read off for the noise scale). Returns the mean loss and those norms."""
         distill = self.recipe.distill
         x = resize(x.to(self.device, non_blocking=True), archs[0].resolution)
         y = y.to(self.device, non_blocking=True)
@@ -95,7 +95,9 @@ class ProgressiveStep:
         norms = MicroBatchGradNorms(self.params) if measure_noise else None
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         total = torch.zeros((), device=self.device)
-        for xm, ym in zip(x.chunk(micro_batches), y.chunk(micro_batches)):
+        micro_batches = len(dropout_seeds)
+        for seed, xm, ym in zip(dropout_seeds, x.chunk(micro_batches), y.chunk(micro_batches)):
+            torch.manual_seed(seed)
             if norms is not None:
                 norms.begin()
             soft = None

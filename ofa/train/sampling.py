@@ -38,9 +38,17 @@ def step_subnets(
     ]
 
 
-def step_seed(seed: int, phase_index: int, epoch: int, step: int, rank: int) -> int:
-    """Seed of torch's RNG (dropout) for one step of one rank."""
-    return int(np.random.default_rng([seed, phase_index, epoch, step, rank, 7]).integers(2**63 - 1))
+def step_seed(seed: int, phase_index: int, epoch: int, step: int, stream: int) -> int:
+    """Seed of torch's RNG (dropout) for one stream of one step: a micro-batch of the global batch."""
+    return int(np.random.default_rng([seed, phase_index, epoch, step, stream, 7]).integers(2**63 - 1))
+
+
+def micro_batch_seeds(seed: int, phase_index: int, epoch: int, step: int, rank: int, micro_batches: int) -> list[int]:
+    """Dropout seeds of this rank's micro-batches, each by its place in the global batch (rank-major, as the
+    loaders cut it): one process with the global batch in 2 micro-batches draws the masks that 2 ranks with one
+    each draw, so a run's weights do not depend on how its batch is spread over processes."""
+    first = rank * micro_batches
+    return [step_seed(seed, phase_index, epoch, step, first + m) for m in range(micro_batches)]
 
 
 def eval_subnets(space: Space, phase: PhaseConfig, mode: str) -> dict[str, Arch]:
