@@ -147,7 +147,7 @@ def new_trainer(recipe: Recipe, p: int, state: dict | None, env: DistEnv) -> Tra
         trainer.load_state(copy.deepcopy(state))
     trainer.begin_phase(p)
     # One calibration set for every batch size, so the target means the same at each.
-    calib = make_loader(trainer.session.data.train, 128, shuffle=True, seed=recipe.seed + 1)
+    calib = make_loader(trainer.session.data.calib, 128, shuffle=True, seed=recipe.seed + 1)
     trainer.session.calib_loader = CalibrationBatches(calib)
     return trainer
 

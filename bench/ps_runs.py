@@ -77,7 +77,7 @@ def evaluate_supernet(
     """Top-1 of each subnet of the supernet at ``path`` on each of ``splits`` (BN recalibrated on training
     images)."""
     net = load_supernet(path)
-    calib = CalibrationBatches(make_loader(data.train, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1))
+    calib = CalibrationBatches(make_loader(data.calib, recipe.data.batch_size, shuffle=True, seed=recipe.seed + 1))
     top1: dict[str, dict[str, float]] = {split: {} for split in splits}
     for split in splits:
         loader = make_loader(getattr(data, split), recipe.data.eval_batch_size, shuffle=False, seed=0)

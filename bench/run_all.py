@@ -292,6 +292,16 @@ BENCHMARKS: dict[str, Benchmark] = {
         {"chosen": "chosen schedule", "chosen_passes": "chosen passes the bar", "bar": "validation bar"},
         on_request=True,
     ),
+    "digits_calibration": Benchmark(
+        ["-m", "bench.digits_calibration", "--json"],
+        "the demo's BN calibration chosen on validation only: on the digits_schedule row's supernets of the recipe's "
+        "schedule (its seeds and partitions), each candidate's training images (augmented as training reads them, "
+        "or plain as evaluation does) and batch count, and the validation top-1 of the largest, smallest and "
+        "seeded random subnets; the best mean is the recipe's (data.calib_augment, eval.calib_batches)",
+        ["-m", "bench.digits_calibration", "--seeds", "0", "--json"],
+        {"chosen": "chosen calibration", "chosen_settings": "its settings"},
+        on_request=True,
+    ),
     "fresh_clone": Benchmark(
         ["-m", "bench.fresh_clone", "--busy", "--repeat", "3", "--json"],
         "a new user's `make demo` (three fresh clones of the committed tree), `make test` (the first): install, demo "

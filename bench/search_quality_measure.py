@@ -79,7 +79,7 @@ def image_sets(data: DataBundle, seed: int, calib_batches: int) -> ImageSets:
     images (the first ``calib_batches x BATCH`` of a ``seed``-permutation of the training split)."""
     a, b = split_halves(len(data.val), seed)
     b1, b2 = (b[h] for h in split_halves(len(b), seed + 1))
-    calib_ids = np.random.default_rng(seed).permutation(len(data.train))[: calib_batches * BATCH]
+    calib_ids = np.random.default_rng(seed).permutation(len(data.calib))[: calib_batches * BATCH]
 
     def loader(ds: Any) -> DataLoader:
         return make_loader(ds, BATCH, shuffle=False, seed=seed)
@@ -87,7 +87,7 @@ def image_sets(data: DataBundle, seed: int, calib_batches: int) -> ImageSets:
     sets = {"a": Subset(data.val, a.tolist()), "b1": Subset(data.val, b1.tolist()), "b2": Subset(data.val, b2.tolist())}
     sets["test"] = data.test
     return ImageSets(
-        calib=loader(Subset(data.train, calib_ids.tolist())),
+        calib=loader(Subset(data.calib, calib_ids.tolist())),
         calib_batches=calib_batches,
         parts={k: loader(v) for k, v in sets.items()},
         counts={k: len(v) for k, v in sets.items()},

@@ -90,6 +90,26 @@ def test_augmentation_is_seeded_per_epoch_and_train_only():
     assert b.mean == plain.mean
 
 
+def test_calibration_reads_the_training_images_augmented_or_as_evaluation_transforms_them():
+    augmented = build_data({"name": "digits", "image_size": 16})
+    assert augmented.calib is augmented.train  # the default: as training reads them
+    plain = build_data({"name": "digits", "image_size": 16, "calib_augment": False})
+    same_images = build_data({"name": "digits", "image_size": 16, "augment": "none"})
+    assert np.array_equal(plain.calib.indices, plain.train.indices)
+    for i in (0, 7, len(plain.calib) - 1):
+        assert torch.equal(plain.calib[i][0], same_images.train[i][0])  # evaluation's transform, no augmentation
+        assert not torch.equal(plain.calib[i][0], plain.train[i][0])
+        assert plain.calib[i][1] == plain.train[i][1]
+    assert torch.equal(plain.train[5][0], augmented.train[5][0])  # training itself is unchanged
+    # a recipe that leaves it at its default digests as before the key existed (cached runs stay found)
+    assert (
+        "calib_augment" not in DataConfig().to_dict()
+        and DataConfig(calib_augment=False).to_dict()["calib_augment"] is False
+    )
+    with pytest.raises(ConfigError, match=r"data.calib_augment"):
+        build_data({"name": "digits", "calib_augment": "sometimes"})
+
+
 def test_splits_keep_each_image_once_transformed_and_augment_it_anew():
     b = build_data({"name": "digits", "image_size": 16})
     first = b.val[3][0]

@@ -35,8 +35,10 @@ def fake_data(space, n_train=256, n_test=96, size=20, seed=0) -> SimpleNamespace
             torch.randint(0, space.num_classes, (n,), generator=g),
         )
 
+    train = split(n_train)
     return SimpleNamespace(
-        train=split(n_train),
+        train=train,
+        calib=train,  # as the default (data.calib_augment) has it
         val=split(32),
         test=split(n_test),
         num_classes=space.num_classes,

@@ -94,3 +94,16 @@ def test_session_refusals_name_the_field():
     space = dataclasses.replace(recipe.space, num_classes=10)
     with pytest.raises(OFAError, match=r"^tiny: num_classes 10 != 4 \(synthetic\)$"):
         session.require_fit(space, "tiny: {key} {have} != {want} ({data})")
+
+
+def test_session_recalibrates_on_training_images_as_the_recipe_says():
+    def first_calibration_batch(*overrides: str) -> tuple[torch.Tensor, torch.Tensor]:
+        recipe = load_recipe(TINY_RECIPE, list(overrides))
+        return next(iter(TrainingSession(SessionConfig.of(recipe), DistEnv.single_process()).calib_loader))
+
+    augmented = first_calibration_batch("data.augment=light")
+    plain = first_calibration_batch("data.augment=light", "data.calib_augment=false")
+    never_augmented = first_calibration_batch("data.augment=none")
+    assert torch.equal(plain[1], augmented[1])  # the same images, in the same order...
+    assert not torch.equal(plain[0], augmented[0])  # ... augmented by default
+    assert torch.equal(plain[0], never_augmented[0])  # calib_augment false: as evaluation transforms them

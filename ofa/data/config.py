@@ -47,6 +47,9 @@ class DataConfig:
     train_split: str = "train"
     test_split: str | None = "test"
     augment: Literal["none", "light", "crop_flip", "inception"] = "light"
+    # BN recalibration and INT8 calibration on training images as training augments them (true, as the official
+    # code recalibrates), or as evaluation transforms them (false: statistics of the images the model will see)
+    calib_augment: bool = True
     seed: int = 0
     # seed of the train/validation partition alone (null: ``seed``): another partition, the test split unchanged,
     # so repeated runs can each hold out other validation images (repeated random sub-sampling validation)
@@ -57,9 +60,12 @@ class DataConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = section_to_dict(self)
-        for key in ("val_size", "val_seed"):  # a recipe without them keeps the digest its cached runs are stored under
+        # A recipe that leaves these at their defaults keeps the digest its cached runs are stored under.
+        for key in ("val_size", "val_seed"):
             if d[key] is None:
                 del d[key]
+        if d["calib_augment"]:
+            del d["calib_augment"]
         return d
 
 

@@ -40,11 +40,15 @@ STATS_SAMPLES = 1000  # images used to estimate mean/std when the recipe does no
 
 @dataclass
 class DataBundle:
-    """Train/val/test splits plus what a model and an exporter need to know about the images."""
+    """Train/val/test splits plus what a model and an exporter need to know about the images.
+
+    ``calib`` is the training split as BN recalibration and INT8 calibration read it: ``train`` itself, or its
+    images through evaluation's transform (the recipe's ``data.calib_augment``)."""
 
     train: Dataset
     val: Dataset
     test: Dataset
+    calib: Dataset
     num_classes: int
     class_names: list[str]
     mean: tuple[float, ...]
@@ -329,10 +333,12 @@ def build_data(data_cfg: Mapping[str, Any] | DataConfig, source: str = "data") -
     else:
         mean, std = _stats(pool, train_idx, probe, cfg.seed)
     train_tf, augment, eval_tf = _transforms(cfg.augment, cfg.image_size, mean, std, pil)
+    train = ImageSplit(pool, train_idx, train_tf, augment, cfg.seed, memo=not pil)
     return DataBundle(
-        train=ImageSplit(pool, train_idx, train_tf, augment, cfg.seed, memo=not pil),
+        train=train,
         val=ImageSplit(pool, val_idx, eval_tf, memo=not pil),
         test=ImageSplit(test_src, test_idx, eval_tf, memo=not pil),
+        calib=train if cfg.calib_augment else ImageSplit(pool, train_idx, eval_tf, memo=not pil),
         num_classes=len(names),
         class_names=names,
         mean=tuple(mean),

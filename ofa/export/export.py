@@ -280,7 +280,7 @@ def _static_subnet(net: Supernet, arch: Arch, cfg: ExportConfig, data: Any) -> S
     model = net.extract_checked(arch).eval()
     bn_batches = 0
     if data is not None and cfg.calib_batches > 0:
-        calib = make_loader(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed)
+        calib = make_loader(data.calib, cfg.batch_size, shuffle=True, seed=cfg.seed)
         bar = tqdm(
             itertools.islice(calib, cfg.calib_batches),
             total=cfg.calib_batches,
@@ -326,7 +326,7 @@ def _int8(
 ) -> Int8Model:
     """The INT8 model, calibrated on training images and checked, with its accuracy and agreement with fp32."""
     batch, wanted = runner.batch or cfg.batch_size, cfg.calib_batches * cfg.batch_size
-    int8_proto, images = int8_model(proto, data.train, batch, wanted, resolution, cfg.seed, cfg.progress)
+    int8_proto, images = int8_model(proto, data.calib, batch, wanted, resolution, cfg.seed, cfg.progress)
     int8 = accuracy(OrtModel(int8_proto), split, resolution, "int8 accuracy")
     if int8 is None or fp32 is None:
         return Int8Model(int8_proto, images)

@@ -18,7 +18,7 @@ def int8_top1(model: nn.Module, shape: tuple[int, int, int], inputs: Int8Inputs)
     quantized with export's scheme on ``inputs.images`` training images drawn as export draws them."""
     channels, resolution, _ = shape
     proto = to_onnx(model.eval(), channels, resolution, DEFAULT_OPSET, None)
-    quantized, _ = int8_model(proto, inputs.train, inputs.batch_size, inputs.images, resolution, inputs.seed)
+    quantized, _ = int8_model(proto, inputs.calib, inputs.batch_size, inputs.images, resolution, inputs.seed)
     runner = OrtModel(quantized)
     correct = total = 0.0
     for loader in inputs.evals:

@@ -165,7 +165,7 @@ class TrainingSession:
         self.train_loader = make_loader(
             self.data.train, d.batch_size, shuffle=True, seed=seed, drop_last=True, options=shard
         )
-        calib = make_loader(self.data.train, d.batch_size, shuffle=True, seed=seed + 1, options=kept)
+        calib = make_loader(self.data.calib, d.batch_size, shuffle=True, seed=seed + 1, options=kept)
         self.calib_loader = CalibrationBatches(calib)  # the same images wherever training is
         self.val_loader = make_loader(self.data.val, d.eval_batch_size, shuffle=False, seed=0, options=kept)
         self.test_loader = make_loader(self.data.test, d.eval_batch_size, shuffle=False, seed=0, options=kept)

@@ -66,11 +66,11 @@ RESUME_KEYS = (
 
 @dataclass(frozen=True)
 class Int8Inputs:
-    """What one subnet's INT8 top-1 is measured from: ``images`` training images of ``train`` drawn with
-    ``seed`` (as ``ofa export --int8`` draws its calibration images) in batches of ``batch_size``, and the
-    loaders of the float32 top-1 (``evals``: the validation split, or its halves), so both figures are paired."""
+    """What one subnet's INT8 top-1 is measured from: ``images`` calibration images of ``calib`` (the data's
+    ``calib`` split) drawn with ``seed`` (as ``ofa export --int8`` draws them) in batches of ``batch_size``, and
+    the loaders of the float32 top-1 (``evals``: the validation split, or its halves), so both figures are paired."""
 
-    train: Dataset
+    calib: Dataset
     images: int
     batch_size: int
     seed: int
@@ -168,7 +168,7 @@ def collect(
 ) -> CollectResult:
     """Measure subnets ``0..n-1`` of ``net`` not yet in ``out`` (``env``: this process's rank and device).
 
-    ``data.train`` feeds BN recalibration (the same seeded images for every subnet), ``data.val``
+    ``data.calib`` feeds BN recalibration (the same seeded images for every subnet), ``data.val``
     is the held-out split. ``int8`` measures a subnet's INT8 top-1 (needed when ``cfg.dtype`` is int8).
     Raises `OFAError` when the validation split is too small, INT8 is asked without ``int8``, or
     ``out`` exists but is not an accuracy file of the same supernet weights and settings.
@@ -179,7 +179,7 @@ def collect(
     if cfg.dtype == "int8" and int8 is None:
         raise OFAError(f"{field_label(CollectConfig, 'dtype')} int8: no INT8 measurement was given (int8=...)")
     out, space = Path(out), net.space
-    calib_ids = np.random.default_rng(cfg.seed).permutation(len(data.train))[: cfg.calib_batches * cfg.batch_size]
+    calib_ids = np.random.default_rng(cfg.seed).permutation(len(data.calib))[: cfg.calib_batches * cfg.batch_size]
     _open_output(out, _header(net, data, cfg, len(calib_ids)), env.rank)
     sink = out if env.world_size == 1 else part_path(out, env.rank)
     repair(sink)
@@ -191,12 +191,12 @@ def collect(
             ds, cfg.batch_size, shuffle=False, seed=cfg.seed, options=LoaderOptions(num_workers=cfg.num_workers)
         )
 
-    calib = CalibrationBatches(loader(Subset(data.train, calib_ids.tolist())))
+    calib = CalibrationBatches(loader(Subset(data.calib, calib_ids.tolist())))
     if cfg.repeat_split:
         evals = [loader(Subset(data.val, h.tolist())) for h in split_halves(len(data.val), cfg.seed)]
     else:
         evals = [loader(data.val)]
-    inputs = Int8Inputs(data.train, len(calib_ids), cfg.batch_size, cfg.seed, tuple(evals))
+    inputs = Int8Inputs(data.calib, len(calib_ids), cfg.batch_size, cfg.seed, tuple(evals))
     measure_int8 = int8 if cfg.dtype == "int8" else None
     net.to(env.device).eval()
     for i in tqdm(
