@@ -1,6 +1,7 @@
 import copy
 import itertools
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from ofa.families.mbv3.space import SearchSpace
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.subnet_file import load_subnet, save_subnet
 from ofa.train.bn import recalibrate_bn
+from ofa.train.distributed import DistEnv
+from ofa.train.ps_report import evaluate_subnets
 from ofa.utils.errors import OFAError
 
 
@@ -310,3 +313,26 @@ def test_sample_active_is_seeded_and_restricted(net):
     b = copy.deepcopy(net).sample_active(np.random.default_rng(5), kernels=[3, 5], depths=[3])
     assert a == b and set(a.depths) == {3} and set(a.kernels) <= {3, 5}
     assert net.active_arch == a
+
+
+def test_evaluating_subnets_restores_the_network_but_for_the_kept_subnets_recalibration():
+    torch.manual_seed(0)
+    net = perturb(OFAMobileNetV3(tiny_space()), seed=3)
+    largest, smallest = net.space.max_arch(12), net.space.min_arch(12)
+    calib, test = _batches(res=12), _batches(res=12)[:2]
+    session = SimpleNamespace(calib_loader=calib, env=DistEnv.single_process(), device=torch.device("cpu"))
+    before = {k: v.clone() for k, v in net.named_buffers()}
+    archs = {"smallest": smallest, "largest": largest}
+    plain = evaluate_subnets(net, archs, test, session, 3)
+    assert all(torch.equal(v, before[k]) for k, v in net.named_buffers())  # exactly as it was
+    kept = evaluate_subnets(net, archs, test, session, 3, keep=largest)
+    assert kept == plain and list(kept) == list(archs)  # the same figures, in the order asked
+    reference = copy.deepcopy(net)
+    for k, v in reference.named_buffers():
+        v.copy_(before[k])
+    reference.set_active(largest)
+    recalibrate_bn(reference, calib, batches=3)  # what recalibrating the largest afterwards gives
+    changed = [k for k, v in net.named_buffers() if not torch.equal(v, before[k])]
+    assert changed and all(torch.equal(v, dict(reference.named_buffers())[k]) for k, v in net.named_buffers())
+    with pytest.raises(ValueError, match="is not among the evaluated subnets"):
+        evaluate_subnets(net, {"smallest": smallest}, test, session, 3, keep=largest)

@@ -22,7 +22,6 @@ from torch.utils.data import DataLoader
 
 from ofa.families.family import Arch, Supernet
 from ofa.families.registry import family_of, load_supernet
-from ofa.train.bn import recalibrate_bn
 from ofa.train.distill import frozen_teacher
 from ofa.train.distributed import DistEnv, broadcast_state, process_group
 from ofa.train.plots import plot_training_curves
@@ -159,19 +158,19 @@ class Trainer:
         self.save_checkpoint()
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, archs: dict[str, Arch], loader: DataLoader) -> Results:
-        """Top-1/loss of each subnet after BN recalibration, leaving the network exactly as it was."""
-        return evaluate_subnets(self.net, archs, loader, self.session, self.recipe.eval.calib_batches)
+    def evaluate(self, archs: dict[str, Arch], loader: DataLoader, keep: Arch | None = None) -> Results:
+        """Top-1/loss of each subnet after BN recalibration, leaving the network exactly as it was (but for
+        ``keep``'s recalibrated statistics)."""
+        return evaluate_subnets(self.net, archs, loader, self.session, self.recipe.eval.calib_batches, keep)
 
     def _finish(self) -> Path:
         s, space = self.session, self.recipe.space
-        results = self.evaluate(eval_subnets(space, every_choice(space), self.recipe.eval.subnets), s.test_loader)
-        summary = corners(space, results)
-        # Leave the full network's BN statistics calibrated in the saved supernet.
+        # The full network's BN statistics stay calibrated in the saved supernet (the largest is always tested).
         largest = space.max_arch()
+        tested = eval_subnets(space, every_choice(space), self.recipe.eval.subnets)
+        results = self.evaluate(tested, s.test_loader, keep=largest)
         self.net.set_active(largest)
-        batches = self.recipe.eval.calib_batches
-        recalibrate_bn(self.net, s.calib_loader, batches, self.device, largest.resolution, sync=self.env.distributed)
+        summary = corners(space, results)
         s.tick()
         path = self.session.out / "supernet.pt"
         if self.env.is_main:

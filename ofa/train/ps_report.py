@@ -27,21 +27,28 @@ def evaluate_subnets(
     loader: torch.utils.data.DataLoader,
     session: TrainingSession,
     calib: int,
+    keep: Arch | None = None,
 ) -> Results:
-    """Top-1/loss of each subnet after BN recalibration on ``calib`` batches, leaving the network exactly as it was."""
+    """Top-1/loss of each subnet after BN recalibration on ``calib`` batches, leaving the network exactly as it was
+    but for ``keep`` (one of ``archs``), whose recalibrated statistics stay: evaluated first, its recalibration
+    is what recalibrating it afterwards would give (train-mode BN normalizes by the batch, whatever it held)."""
+    if keep is not None and keep not in archs.values():
+        raise ValueError(f"keep: {keep.to_dict()} is not among the evaluated subnets")
     saved = {k: v.clone() for k, v in net.named_buffers()}
     active = net.active_arch
     results = {}
     try:
-        for name, arch in archs.items():
+        for name, arch in sorted(archs.items(), key=lambda item: item[1] != keep):
             sync = session.env.distributed
             res = evaluate_arch(net, arch, session.calib_loader, loader, calib, session.device, sync=sync)
             results[name] = {"top1": res["top1"], "loss": res["loss"], "arch": arch.to_dict()}
+            if arch == keep:
+                saved = {k: v.clone() for k, v in net.named_buffers()}
     finally:
         for k, v in net.named_buffers():
             v.copy_(saved[k])
         net.set_active(active)
-    return results
+    return {name: results[name] for name in archs}
 
 
 def every_choice(space: Space) -> PhaseConfig:
