@@ -327,12 +327,17 @@ def test_evaluating_subnets_restores_the_network_but_for_the_kept_subnets_recali
     assert all(torch.equal(v, before[k]) for k, v in net.named_buffers())  # exactly as it was
     kept = evaluate_subnets(net, archs, test, session, 3, keep=largest)
     assert kept == plain and list(kept) == list(archs)  # the same figures, in the order asked
-    reference = copy.deepcopy(net)
-    for k, v in reference.named_buffers():
-        v.copy_(before[k])
-    reference.set_active(largest)
-    recalibrate_bn(reference, calib, batches=3)  # what recalibrating the largest afterwards gives
-    changed = [k for k, v in net.named_buffers() if not torch.equal(v, before[k])]
-    assert changed and all(torch.equal(v, dict(reference.named_buffers())[k]) for k, v in net.named_buffers())
+    for arch in (largest, smallest):  # the smallest's statistics leave the largest's other channels as they were
+        for k, v in net.named_buffers():
+            v.copy_(before[k])
+        kept = evaluate_subnets(net, archs, test, session, 3, keep=arch)
+        reference = copy.deepcopy(net)
+        for k, v in reference.named_buffers():
+            v.copy_(before[k])
+        reference.set_active(arch)
+        recalibrate_bn(reference, calib, batches=3)  # what recalibrating it afterwards gives
+        changed = [k for k, v in net.named_buffers() if not torch.equal(v, before[k])]
+        assert changed and all(torch.equal(v, dict(reference.named_buffers())[k]) for k, v in net.named_buffers())
+        assert kept == plain
     with pytest.raises(ValueError, match="is not among the evaluated subnets"):
         evaluate_subnets(net, {"smallest": smallest}, test, session, 3, keep=largest)
