@@ -23,13 +23,11 @@ import math
 import sys
 from typing import Any
 
-import numpy as np
 import yaml
 
 from bench import digits_schedule
 from bench.ps_runs import evaluate_supernet
 from ofa.data.datasets import build_data
-from ofa.families.registry import family_of
 from ofa.train.recipe import Recipe, load_recipe
 
 BATCHES = (5, 10, None)  # None: every training batch
@@ -57,9 +55,7 @@ def schedule_name(base: dict[str, Any]) -> str:
 def subnets(recipe: Recipe) -> dict[str, Any]:
     """The largest, the smallest and `bench.digits_schedule`'s seeded random subnets."""
     space = recipe.space
-    rng, sample = np.random.default_rng(0), family_of(space).sample_arch
-    randoms = {f"random_{i}": sample(space, rng) for i in range(digits_schedule.RANDOM_SUBNETS)}
-    return {"largest": space.max_arch(), "smallest": space.min_arch(), **randoms}
+    return {"largest": space.max_arch(), "smallest": space.min_arch(), **digits_schedule.random_subnets(space)}
 
 
 def seed_figures(name: str, seed: int, base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, float]:

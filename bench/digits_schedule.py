@@ -42,6 +42,7 @@ import yaml
 from bench.common import DATA, ROOT
 from bench.ps_runs import evaluate_supernet
 from ofa.data.datasets import build_data
+from ofa.families.family import Space
 from ofa.families.registry import family_of
 from ofa.train.loop import train
 from ofa.train.ps_report import corners
@@ -230,10 +231,16 @@ def random_validation(run: Path, recipe: Recipe) -> float:
     """The mean validation top-1 of ``RANDOM_SUBNETS`` seeded random subnets (the same ones for every run), each
     BN-recalibrated as training's evaluation does: a schedule that trains only the corners leaves the subnets
     between them, which the demo's search exports, behind. The test split is not read."""
-    rng, sample = np.random.default_rng(0), family_of(recipe.space).sample_arch
-    subnets = {str(i): sample(recipe.space, rng) for i in range(RANDOM_SUBNETS)}
-    top1 = evaluate_supernet(run / "supernet.pt", recipe, subnets, build_data(recipe.data), splits=("val",))
+    top1 = evaluate_supernet(
+        run / "supernet.pt", recipe, random_subnets(recipe.space), build_data(recipe.data), splits=("val",)
+    )
     return sum(top1["val_top1"].values()) / RANDOM_SUBNETS
+
+
+def random_subnets(space: Space) -> dict[str, Any]:
+    """The ``RANDOM_SUBNETS`` seeded random subnets every run is judged on, named ``random_I``."""
+    rng, sample = np.random.default_rng(0), family_of(space).sample_arch
+    return {f"random_{i}": sample(space, rng) for i in range(RANDOM_SUBNETS)}
 
 
 def final_validation(run: Path) -> dict[str, Any]:

@@ -124,8 +124,15 @@ def main() -> int:
     result = fresh_demo(args.logs / "run1", not args.no_test, args.busy)
     repeats = [fresh_demo(args.logs / f"run{i}", False, False) for i in range(2, args.repeat + 1)]
     runs = [result, *repeats]
-    kept = ("demo_exit", "install_seconds", "demo_pipeline_seconds", "demo_stage_seconds", "largest_top1")
-    kept += ("smallest_top1", "table_noise")
+    kept = (
+        "demo_exit",
+        "install_seconds",
+        "demo_pipeline_seconds",
+        "demo_stage_seconds",
+        "largest_top1",
+        "smallest_top1",
+        "table_noise",
+    )
     result["demo_runs"] = [{k: run[k] for k in (*kept, "warnings")} for run in runs]
     result["demo_exits"] = [run["demo_exit"] for run in runs]
     for key, value in result.items():

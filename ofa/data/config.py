@@ -59,14 +59,16 @@ class DataConfig:
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def to_dict(self) -> dict[str, Any]:
+        """The section as a recipe holds it; keys added after runs were cached under a recipe's digest are left out
+        at their defaults, so a recipe that does not set them keeps that digest."""
         d = section_to_dict(self)
-        # A recipe that leaves these at their defaults keeps the digest its cached runs are stored under.
-        for key in ("val_size", "val_seed"):
-            if d[key] is None:
+        for key in LATER_KEYS:
+            if d[key] == getattr(DataConfig, key):
                 del d[key]
-        if d["calib_augment"]:
-            del d["calib_augment"]
         return d
+
+
+LATER_KEYS = ("val_size", "val_seed", "calib_augment")  # DataConfig keys newer than cached runs
 
 
 def parse_data_config(value: Any, where: str = "data") -> DataConfig:
