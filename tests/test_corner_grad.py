@@ -17,8 +17,11 @@ from ofa.families.resnet.supernet import OFAResNet
 
 
 def plain_slice(self: CornerGradient, weight: nn.Parameter, out_channels: int, in_channels: int) -> torch.Tensor:
-    """What the corner replaces: autograd's own slice (a zero-filled full-size gradient per step)."""
-    return weight if weight.shape[:2] == (out_channels, in_channels) else weight[:out_channels, :in_channels]
+    """What the corner replaces: autograd's own slice (a zero-filled full-size gradient per step), made contiguous as
+    the corner's forward makes it (a strided weight can round differently in a linear layer on some CPUs)."""
+    if weight.shape[:2] == (out_channels, in_channels):
+        return weight
+    return weight[:out_channels, :in_channels].contiguous()
 
 
 # Each step: (out, in) corners whose losses are summed in one backward each, then what touches .grad.
