@@ -40,6 +40,15 @@ COMMON = [
     "checkpoint.every_steps=0",
 ]
 DIST = ["data.batch_size=8", "schedule.micro_batches=1"]  # per rank: 2 ranks x 8 = the global batch 16
+SINGLE = [*COMMON, "data.batch_size=16", "schedule.micro_batches=2"]  # one process: the global batch in 2 halves
+
+
+@pytest.fixture(scope="module")
+def single_process_run(tmp_path_factory) -> Path:
+    """The run folder of one process training the global batch, which each way of starting ranks must match."""
+    out = tmp_path_factory.mktemp("single") / "run"
+    train(load_recipe(TINY, SINGLE), out)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +85,9 @@ def torchrun_pipeline(tmp_path_factory) -> tuple[Path, subprocess.CompletedProce
     return out, proc
 
 
-def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(torchrun_pipeline, tmp_path):
+def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(torchrun_pipeline, single_process_run):
     dist_out, _ = torchrun_pipeline
-    single = train(load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=2"]), tmp_path / "single")
+    single = single_process_run / "supernet.pt"
 
     a = torch.load(dist_out / "supernet.pt", weights_only=True)
     b = torch.load(single, weights_only=True)
@@ -92,7 +101,7 @@ def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(torchrun_pi
     assert moved > 1e-2  # the comparison is not vacuous: training moved the weights a lot more than that
 
     rows = [json.loads(line) for line in (dist_out / "metrics.jsonl").read_text().splitlines()]
-    ref = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
+    ref = [json.loads(line) for line in (single_process_run / "metrics.jsonl").read_text().splitlines()]
     epochs = [r for r in rows if r["kind"] == "epoch"]
     ref_epochs = [r for r in ref if r["kind"] == "epoch"]
     assert len(epochs) == 3  # the three phases, one epoch each
@@ -118,12 +127,25 @@ def test_pipeline_under_torchrun_shards_collection_and_leaves_the_rest_to_rank_0
     assert (out / "export" / "arch_1000ms.onnx").is_file() and (out / "summary.md").is_file()
 
 
-def test_train_processes_starts_ranks_that_train_what_one_process_trains(tmp_path):
+def test_train_processes_starts_ranks_that_train_what_one_process_trains(single_process_run, tmp_path):
     """`train_processes` (the pipeline's ``train_processes``, no torchrun): 2 ranks (forked), each with half the
-    batch and half the micro-batches, end with one process's weights."""
-    recipe = load_recipe(TINY, [*COMMON, "data.batch_size=16", "schedule.micro_batches=2"])
-    ranks = torch.load(train_processes(recipe, tmp_path / "ranks", 2), weights_only=True)
-    single = torch.load(train(recipe, tmp_path / "single"), weights_only=True)
+    batch and half the micro-batches, end with one process's weights.
+
+    The ranks start from a fresh interpreter, as from the CLI: this worker may hold another thread by now (importing
+    openvino starts its telemetry's), and then they would be spawned, seconds of imports each."""
+    recipe = load_recipe(TINY, SINGLE)
+    start = "import sys; from ofa.train import load_recipe; from ofa.train.launch import train_processes; "
+    start += "train_processes(load_recipe(sys.argv[1], sys.argv[3:]), sys.argv[2], 2)"
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}  # two ranks of one thread each, as from a 2-core machine's CLI
+    done = subprocess.run(
+        [sys.executable, "-c", start, str(TINY), str(tmp_path / "ranks"), *SINGLE],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = torch.load(tmp_path / "ranks" / "supernet.pt", weights_only=True)
+    single = torch.load(single_process_run / "supernet.pt", weights_only=True)
     params = [k for k, v in single["state_dict"].items() if v.is_floating_point() and "running_" not in k]
     worst = max((ranks["state_dict"][k] - single["state_dict"][k]).abs().max().item() for k in params)
     assert worst < 1e-5, f"largest weight difference {worst}"
