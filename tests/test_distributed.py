@@ -142,6 +142,7 @@ def test_train_processes_starts_ranks_that_train_what_one_process_trains(single_
         env=env,
         capture_output=True,
         text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = torch.load(tmp_path / "ranks" / "supernet.pt", weights_only=True)
