@@ -59,7 +59,7 @@ def torchrun_pipeline(tmp_path_factory) -> tuple[Path, subprocess.CompletedProce
     table = tmp / "table.yaml"
     build_table(space, TableBuildConfig(table, protocol=FAST, calibrate=0, max_noise_pct=100.0, progress=False))
     out = tmp / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}  # torchrun leaves its log folders in TMPDIR
     cmd = [
         sys.executable,
         "-m",
