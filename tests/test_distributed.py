@@ -132,7 +132,8 @@ def test_train_processes_starts_ranks_that_train_what_one_process_trains(single_
     batch and half the micro-batches, end with one process's weights.
 
     The ranks start from a fresh interpreter, as from the CLI: this worker may hold another thread by now (importing
-    openvino starts its telemetry's), and then they would be spawned, seconds of imports each."""
+    openvino starts its telemetry's), and then they would be spawned, seconds of imports each; and a child forked
+    from a process that ran backward cannot run autograd."""
     recipe = load_recipe(TINY, SINGLE)
     start = "import sys; from ofa.train import load_recipe; from ofa.train.launch import train_processes; "
     start += "train_processes(load_recipe(sys.argv[1], sys.argv[3:]), sys.argv[2], 2)"
