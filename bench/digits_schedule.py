@@ -192,7 +192,7 @@ def candidates() -> dict[str, dict[str, Any]]:
     """The recipe keys each candidate sets (``phases`` and ``distill``), by name (``ps4_F-K-D-E``: epochs of the
     four phases; ``one_F-E``: of the full network and the one elastic phase; ``_xN``: N subnets per step (else
     2 for ``ps4``); ``_lrNN``: the elastic phase's learning rate ×100 (else 4); ``_inplace``: in-place
-    distillation, else the frozen teacher)."""
+    distillation, else the frozen teacher; ``_corners``: the sandwich's corners at their own resolutions)."""
     frozen = {
         "ps4_2-1-1-1": shrinking(2, 1, 1, 1),
         "ps4_3-1-1-2": shrinking(3, 1, 1, 2),
@@ -216,9 +216,13 @@ def candidates() -> dict[str, dict[str, Any]]:
         "ps4_4-1-2-4_x3_inplace": shrinking(4, 1, 2, 4, subnets=3),  # over the budget too
         **one_phases(ONE_PHASE_INPLACE, suffix="_inplace"),
     }
+    corners = {  # the sandwich's largest subnet at 16 px and its smallest at 12 every step (BigNAS)
+        f"{name}_corners": [{**p, "corner_resolutions": True} if p.get("sandwich") else p for p in inplace[name]]
+        for name in ("one_3-9_x3_lr08_inplace", "one_6-8_x3_lr08_inplace")
+    }
     return {
         **{name: {"phases": phases, "distill": FROZEN} for name, phases in frozen.items()},
-        **{name: {"phases": phases, "distill": INPLACE} for name, phases in inplace.items()},
+        **{name: {"phases": phases, "distill": INPLACE} for name, phases in {**inplace, **corners}.items()},
     }
 
 

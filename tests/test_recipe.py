@@ -77,6 +77,7 @@ def test_cifar_recipe_validates_with_a_local_root(tmp_path):
         (["data.name=cifar11"], "data.name: 'cifar11' is not digits, synthetic, imagefolder or a torchvision dataset"),
         (["checkpoint.keep=1"], "checkpoint.keep: must be >= 2"),
         (["phases.expand.sandwich=true", "phases.expand.subnets_per_step=1"], "phases[2].sandwich: needs"),
+        (["phases.depth.corner_resolutions=true"], "phases[1].corner_resolutions: needs sandwich: true"),
         (["distill.teacher_phase=warmup"], "distill.teacher_phase: 'warmup' is not a phase name"),
         (["phases.0.lr=-1"], "phases[0].lr: must be positive"),
     ],

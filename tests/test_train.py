@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -120,6 +121,15 @@ def test_sampling_is_seeded_and_respects_the_phase():
     sandwich = step_subnets(space, expand, False, 0, 2, 0, 0)
     res = sandwich[0].resolution
     assert sandwich == [expand.largest(res, space), expand.smallest(res, space)]
+    # BigNAS's corners: the largest at the largest resolution, the smallest at the smallest, the random subnets
+    # drawn as without (one stream)
+    cornered = dataclasses.replace(expand, corner_resolutions=True, subnets_per_step=3)
+    for step in range(6):
+        plain, placed = (
+            step_subnets(space, dataclasses.replace(cornered, corner_resolutions=False), False, 0, 2, 0, step),
+            step_subnets(space, cornered, False, 0, 2, 0, step),
+        )
+        assert placed[:2] == [expand.largest(8, space), expand.smallest(6, space)] and placed[2] == plain[2]
     inplace = step_subnets(space, depth, True, 0, 1, 0, 0)
     assert inplace[0] == depth.largest(inplace[0].resolution, space)  # the in-place teacher comes first
     corners = eval_subnets(space, expand, "corners")
@@ -154,6 +164,7 @@ def test_inplace_distillation_adamw_clipping_and_periodic_eval(tmp_path):
             "phases.depth.lr=0.005",
             "phases.expand.lr=0.005",
             "phases.expand.epochs=2",
+            "phases.expand.corner_resolutions=true",  # the teacher at 8 px teaches the smallest subnet at 6
             "optimizer.grad_clip=0.5",
             "eval.every=1",
             "schedule.micro_batches=1",
@@ -163,7 +174,9 @@ def test_inplace_distillation_adamw_clipping_and_periodic_eval(tmp_path):
         ],
     )
     path = train(recipe, tmp_path / "run")
-    assert OFAMobileNetV3.load(path).meta["recipe"]["distill"]["teacher"] == "inplace"
+    meta_recipe = OFAMobileNetV3.load(path).meta["recipe"]
+    assert meta_recipe["distill"]["teacher"] == "inplace" and meta_recipe["phases"][2]["corner_resolutions"]
+    assert "corner_resolutions" not in meta_recipe["phases"][1]  # at its default: digests of older runs kept
     same, torch_file = OFAMobileNetV3.load(path.with_suffix(".safetensors")), OFAMobileNetV3.load(path)
     assert same.meta == torch_file.meta  # on request, the same supernet without pickle
     assert all(torch.equal(a, b) for a, b in zip(same.state_dict().values(), torch_file.state_dict().values()))

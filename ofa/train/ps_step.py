@@ -1,7 +1,7 @@
 """One progressive-shrinking optimizer step, and the state that changes the weights.
 
 A step samples the phase's subnets (seeded by seed/phase/epoch/step), runs each on every
-micro-batch of the batch at one resolution (mixed precision on CUDA, plus distillation from the
+micro-batch of the batch at the step's resolution (mixed precision on CUDA, plus distillation from the
 teacher), averages the gradients over ranks, feeds the gradient noise-scale estimate and takes one
 optimizer step. The teacher, optimizer, loss scaler and noise estimate live here, beside the step.
 """
@@ -88,26 +88,32 @@ class ProgressiveStep:
         """Backward of every subnet on every micro-batch, one per dropout seed (micro-batches outermost, so each
         one's gradient can be read off for the noise scale). Returns the mean loss and those norms."""
         distill = self.recipe.distill
-        x = resize(x.to(self.device, non_blocking=True), archs[0].resolution)
+        micro_batches = len(dropout_seeds)
+        x = x.to(self.device, non_blocking=True)
         y = y.to(self.device, non_blocking=True)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+        # The batch at each resolution of the step (one, unless the sandwich's corners have their own), cut into
+        # micro-batches: inputs[resolution][m].
+        inputs = {}
+        for res in dict.fromkeys(a.resolution for a in archs):
+            xr = resize(x, res)
+            if self.channels_last:
+                xr = xr.contiguous(memory_format=torch.channels_last)
+            inputs[res] = xr.chunk(micro_batches)
         norms = MicroBatchGradNorms(self.params) if measure_noise else None
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         total = torch.zeros((), device=self.device)
-        micro_batches = len(dropout_seeds)
-        for seed, xm, ym in zip(dropout_seeds, x.chunk(micro_batches), y.chunk(micro_batches)):
+        for m, (seed, ym) in enumerate(zip(dropout_seeds, y.chunk(micro_batches))):
             torch.manual_seed(seed)
             if norms is not None:
                 norms.begin()
             soft = None
             if self.teacher is not None and distill.ratio > 0:
-                with torch.no_grad(), self._autocast():
-                    soft = self.teacher(xm).float()
+                with torch.no_grad(), self._autocast():  # the teacher sees the first subnet's resolution
+                    soft = self.teacher(inputs[archs[0].resolution][m]).float()
             for i, arch in enumerate(archs):
                 self.net.set_active(arch)
                 with self._autocast():
-                    logits = self.net(xm)
+                    logits = self.net(inputs[arch.resolution][m])
                 loss = F.cross_entropy(logits.float(), ym, label_smoothing=self.recipe.optimizer.label_smoothing)
                 if soft is not None and distill.ratio > 0:
                     loss = loss + distill.ratio * soft_cross_entropy(logits, soft, distill.temperature)

@@ -69,6 +69,9 @@ class PhaseConfig:
     warmup_epochs: int = 0
     subnets_per_step: int = 1
     sandwich: bool = False  # largest + smallest + random subnets each step
+    # With the sandwich: the largest subnet at the phase's largest resolution and the smallest at its smallest
+    # every step (BigNAS), the random ones at the step's drawn resolution; else all at the drawn one (the paper).
+    corner_resolutions: bool = False
     reorganize_channels: bool = False  # sort expanded channels by importance before the phase
     choices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
@@ -84,6 +87,8 @@ class PhaseConfig:
         """The phase as a recipe writes it: each dimension a key of its own, after ``warmup_epochs``."""
         plain = section_to_dict(dataclasses.replace(self, choices={}))
         plain.pop("choices")
+        if not self.corner_resolutions:  # newer than cached runs: left out at its default, as data's LATER_KEYS
+            plain.pop("corner_resolutions")
         head = list(plain.items())[:4]
         return {**dict(head), **section_to_dict(dict(self.choices)), **plain}
 
@@ -259,6 +264,8 @@ def _phase(space: Space, raw: Any, where: str) -> PhaseConfig:
         raise ConfigError(f"{where}.subnets_per_step: must be >= 1, got {phase.subnets_per_step}")
     if phase.sandwich and phase.subnets_per_step < 2:
         raise ConfigError(f"{where}.sandwich: needs subnets_per_step >= 2 (largest + smallest)")
+    if phase.corner_resolutions and not phase.sandwich:
+        raise ConfigError(f"{where}.corner_resolutions: needs sandwich: true (it places the sandwich's corners)")
     return phase
 
 

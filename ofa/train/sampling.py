@@ -18,20 +18,22 @@ from ofa.train.recipe import PhaseConfig
 def step_subnets(
     space: Space, phase: PhaseConfig, inplace_teacher: bool, seed: int, phase_index: int, epoch: int, step: int
 ) -> list[Arch]:
-    """The subnets of one step, all at one resolution drawn from the phase's list.
+    """The subnets of one step, at one resolution drawn from the phase's list.
 
-    The sandwich rule puts the largest and the smallest subnet first; in-place distillation puts
-    the largest first (it teaches the others); the rest are uniform samples of the phase's choices.
+    The sandwich rule puts the largest and the smallest subnet first (with ``corner_resolutions``, at the
+    phase's largest and smallest resolution); in-place distillation puts the largest first (it teaches the
+    others); the rest are uniform samples of the phase's choices.
     """
     rng = np.random.default_rng([seed, phase_index, epoch, step])
     res = int(rng.choice(phase.resolutions))
     restrict = {dim: c for dim, c in phase.choices.items() if dim != "resolutions"}
     sample = family_of(space).sample_arch
+    high, low = (max(phase.resolutions), min(phase.resolutions)) if phase.corner_resolutions else (res, res)
     fixed: list[Arch] = []
     if phase.sandwich or inplace_teacher:
-        fixed.append(phase.largest(res, space))
+        fixed.append(phase.largest(high, space))
     if phase.sandwich:
-        fixed.append(phase.smallest(res, space))
+        fixed.append(phase.smallest(low, space))
     fixed = fixed[: phase.subnets_per_step]
     return fixed + [
         sample(space, rng, **restrict, resolutions=[res]) for _ in range(phase.subnets_per_step - len(fixed))
