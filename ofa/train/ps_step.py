@@ -1,7 +1,7 @@
 """One progressive-shrinking optimizer step, and the state that changes the weights.
 
 A step samples the phase's subnets (seeded by seed/phase/epoch/step), runs each on every
-micro-batch of the batch at the step's resolution (mixed precision on CUDA, plus distillation from the
+micro-batch of the batch at its resolution (mixed precision on CUDA, plus distillation from the
 teacher), averages the gradients over ranks, feeds the gradient noise-scale estimate and takes one
 optimizer step. The teacher, optimizer, loss scaler and noise estimate live here, beside the step.
 """
