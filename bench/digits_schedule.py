@@ -218,7 +218,7 @@ def candidates() -> dict[str, dict[str, Any]]:
     }
     corners = {  # the sandwich's largest subnet at 16 px and its smallest at 12 every step (BigNAS)
         f"{name}_corners": [{**p, "corner_resolutions": True} if p.get("sandwich") else p for p in inplace[name]]
-        for name in ("one_3-9_x3_lr08_inplace", "one_6-8_x3_lr08_inplace")
+        for name in ("one_3-9_x3_lr08_inplace", "one_6-8_x3_lr08_inplace", "one_9-7_x3_lr08_inplace")
     }
     return {
         **{name: {"phases": phases, "distill": FROZEN} for name, phases in frozen.items()},
