@@ -12,7 +12,7 @@ from typing import Any, Literal
 import torchvision.datasets as tvd
 
 from ofa.data.idx import FASHION_MNIST_ROOT, missing_fashion_mnist
-from ofa.utils.config import ConfigError, parse_section, section_to_dict
+from ofa.utils.config import ConfigError, parse_section, section_to_dict, without_later_defaults
 
 BUILTIN_NAMES = ("digits", "fashion_mnist", "synthetic", "imagefolder")
 TENSOR_NAMES = ("digits", "fashion_mnist", "synthetic")  # held in memory as tensors at image_size
@@ -59,13 +59,8 @@ class DataConfig:
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        """The section as a recipe holds it; keys added after runs were cached under a recipe's digest are left out
-        at their defaults, so a recipe that does not set them keeps that digest."""
-        d = section_to_dict(self)
-        for key in LATER_KEYS:
-            if d[key] == getattr(DataConfig, key):
-                del d[key]
-        return d
+        """The section as a recipe holds it, ``LATER_KEYS`` left out at their defaults."""
+        return without_later_defaults(section_to_dict(self), DataConfig, LATER_KEYS)
 
 
 LATER_KEYS = ("val_size", "val_seed", "calib_augment")  # DataConfig keys newer than cached runs

@@ -18,7 +18,14 @@ from ofa.data.config import DataConfig, parse_data_config
 from ofa.families.family import Arch, Space
 from ofa.families.registry import family_of, layout_of, read_supernet_space, space_from_dict
 from ofa.train.pipeline_settings import PipelineSettings
-from ofa.utils.config import ConfigError, apply_overrides, parse_fields, parse_section, section_to_dict
+from ofa.utils.config import (
+    ConfigError,
+    apply_overrides,
+    parse_fields,
+    parse_section,
+    section_to_dict,
+    without_later_defaults,
+)
 from ofa.utils.errors import OFAError, SpaceError
 from ofa.utils.io import read_yaml
 from ofa.utils.tracking import LoggingConfig
@@ -84,11 +91,12 @@ class PhaseConfig:
         return self.choices["resolutions"]
 
     def to_dict(self) -> dict[str, Any]:
-        """The phase as a recipe writes it: each dimension a key of its own, after ``warmup_epochs``."""
-        plain = section_to_dict(dataclasses.replace(self, choices={}))
+        """The phase as a recipe writes it: each dimension a key of its own, after ``warmup_epochs``;
+        ``LATER_PHASE_KEYS`` left out at their defaults."""
+        plain = without_later_defaults(
+            section_to_dict(dataclasses.replace(self, choices={})), PhaseConfig, LATER_PHASE_KEYS
+        )
         plain.pop("choices")
-        if not self.corner_resolutions:  # newer than cached runs: left out at its default, as data's LATER_KEYS
-            plain.pop("corner_resolutions")
         head = list(plain.items())[:4]
         return {**dict(head), **section_to_dict(dict(self.choices)), **plain}
 
@@ -102,6 +110,9 @@ class PhaseConfig:
 
     def smallest(self, resolution: int, space: Space) -> Arch:
         return self.uniform(resolution, space, min)
+
+
+LATER_PHASE_KEYS = ("corner_resolutions",)  # PhaseConfig keys newer than cached runs
 
 
 @dataclass(frozen=True)

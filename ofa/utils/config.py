@@ -126,6 +126,15 @@ def section_to_dict(section: Any) -> Any:
     return section
 
 
+def without_later_defaults(plain: dict[str, Any], section: type, later: Iterable[str]) -> dict[str, Any]:
+    """``plain`` (a section's `section_to_dict`) without each ``later`` key that holds ``section``'s default: keys
+    added after runs were cached under a recipe's digest, so a recipe that does not set them keeps that digest."""
+    for key in later:
+        if plain[key] == getattr(section, key):
+            del plain[key]
+    return plain
+
+
 def apply_overrides(raw: dict[str, Any], overrides: Iterable[str], source: str) -> dict[str, Any]:
     """``--set data.batch_size=32``, ``--set phases.kernel.epochs=2`` (a list entry by name or index).
 
