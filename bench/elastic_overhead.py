@@ -18,7 +18,9 @@ convolutions, which cost more on a CPU, and a depthwise conv's backward for kern
 convolutions (`ofa.families.depthwise_grad`), where oneDNN's own is slow; those savings sit in the default
 ratio. ``--same-ops`` gives the static twin the supernet's squeeze-excite code at its own width and its
 depthwise convolution, so the ratio counts only what elasticity costs (slices, kernel transforms,
-full-size gradients and optimizer state).
+full-size gradients and optimizer state). ``--update used`` gives the supernet the optimizer of a recipe's
+``optimizer.update: used`` (`ofa.train.used_sgd.UsedWeightsSGD`, same settings as the twin's SGD), which
+updates only the region of each weight the step used, where the family's ops record it (resnet).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch
 from timm.models._efficientnet_blocks import SqueezeExcite
 
 from bench.step_timing import (
+    SGD_SETTINGS,
     add_timing_arguments,
     check_timing_arguments,
     invocation_command,
@@ -44,6 +47,7 @@ from ofa.families.depthwise_grad import depthwise_conv2d
 from ofa.families.family import Arch, Space
 from ofa.families.mbv3.elastic import ElasticSqueezeExcite
 from ofa.families.registry import family_of
+from ofa.train.used_sgd import UsedWeightsSGD
 from search.latency import space_from_arg
 
 
@@ -103,14 +107,23 @@ def one_invocation(args: argparse.Namespace) -> dict[str, object]:
         static = supernet.extract(arch).train()
         static = with_supernet_ops(static) if args.same_ops else static
         runs[name] = (arch, static, sgd(static))
-    result = summarize(*measure(supernet, supernet.set_active, runs, (x, y), args.rounds, clock))
+    super_opt = supernet_optimizer(supernet, args.update)
+    result = summarize(*measure(supernet, supernet.set_active, runs, (x, y), args.rounds, clock, super_opt))
     result["space"] = args.space
     result["twin_ops"] = "supernet" if args.same_ops else "timm"
+    result["update"] = args.update
     result["threads"] = torch.get_num_threads()
     result["clock"] = "thread_cpu" if args.cpu_time else "wall"
     result["mid_arch"] = subnets["mid"].short()
     result["mid_macs_m"] = round(space.macs(subnets["mid"]) / 1e6, 1)
     return result
+
+
+def supernet_optimizer(supernet: torch.nn.Module, update: str) -> torch.optim.Optimizer:
+    """`sgd`'s optimizer, or with ``update`` "used" the same settings in `UsedWeightsSGD`."""
+    if update == "used":
+        return UsedWeightsSGD(supernet, supernet.parameters(), **SGD_SETTINGS)
+    return sgd(supernet)
 
 
 def three_subnets(space: Space, resolution: int) -> dict[str, Arch]:
@@ -125,8 +138,8 @@ def several_invocations(args: argparse.Namespace) -> dict[str, object]:
     command += ["--threads", str(args.threads)] if args.threads is not None else []
     command += ["--cpu-time"] if args.cpu_time else []
     command += ["--same-ops"] if args.same_ops else []
-    command += ["--space", args.space]
-    passed_on = ["space", "twin_ops", "threads", "clock", "mid_arch", "mid_macs_m"]
+    command += ["--space", args.space, "--update", args.update]
+    passed_on = ["space", "twin_ops", "update", "threads", "clock", "mid_arch", "mid_macs_m"]
     return median_of_invocations(command, args.invocations, passed_on)
 
 
@@ -145,10 +158,18 @@ def main() -> None:
         action="store_true",
         help="static twin runs the supernet's squeeze-excite and depthwise code: the ratio counts elasticity alone",
     )
+    parser.add_argument(
+        "--update",
+        choices=["all", "used"],
+        default="all",
+        help="the supernet's SGD updates every weight with a gradient (all) or only what the step used (used)",
+    )
     args = parser.parse_args()
     check_timing_arguments(parser, args)
     if args.same_ops and args.space not in ("mbv3", "proxyless"):
         parser.error("--same-ops is for the mbv3 and proxyless spaces (squeeze-excite, depthwise convs)")
+    if args.update == "used" and args.space in ("mbv3", "proxyless"):
+        parser.error("--update used is for the ofa_resnet50 space (whose ops record what a step used)")
     if args.cpu_time and args.threads != 1:
         parser.error("--cpu-time needs --threads 1 (other threads' CPU time would not be counted)")
     result = several_invocations(args) if args.invocations > 1 else one_invocation(args)

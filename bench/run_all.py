@@ -160,6 +160,26 @@ BENCHMARKS: dict[str, Benchmark] = {
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
         on_request=True,
     ),
+    "elastic_overhead_resnet_used": Benchmark(
+        [
+            "-m",
+            "bench.elastic_overhead",
+            "--json",
+            "--invocations",
+            "3",
+            "--rounds",
+            "11",
+            "--space",
+            "ofa_resnet50",
+            "--update",
+            "used",
+        ],
+        "as elastic_overhead_resnet, the supernet's SGD updating only what the step used (a recipe's "
+        "optimizer.update: used; the default, all, updates every active weight's full-size tensor)",
+        ["-m", "bench.elastic_overhead", "--json", "--rounds", "3", "--space", "ofa_resnet50", "--update", "used"],
+        {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
+        on_request=True,
+    ),
     "elastic_overhead_same_ops": Benchmark(
         ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--same-ops"],
         "as elastic_overhead, but the static twin runs the supernet's own op code where it differs from timm's: "

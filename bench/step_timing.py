@@ -58,9 +58,12 @@ def sgd_step(
     return StepTimes(forward - start, backward - forward, clock() - backward)
 
 
+SGD_SETTINGS = {"lr": 1e-4, "momentum": 0.9}  # of the optimizer every timed model gets
+
+
 def sgd(model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer every timed model gets."""
-    return torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    return torch.optim.SGD(model.parameters(), **SGD_SETTINGS)
 
 
 def minor_faults() -> int:
@@ -95,11 +98,13 @@ def measure(
     batch: tuple[torch.Tensor, torch.Tensor],
     rounds: int,
     clock: Callable[[], float],
+    super_opt: torch.optim.Optimizer | None = None,
 ) -> tuple[dict[str, list[StepTimes]], dict[str, list[float]], dict[str, list[int]]]:
     """Per-step times and minor page faults of each model, and the per-round supernet/static ratios
     (two warm-up rounds). ``activate(arch)`` makes the supernet run ``arch``; within a round the two
-    sides alternate which goes first, so machine noise hits both alike."""
-    super_opt = sgd(supernet)
+    sides alternate which goes first, so machine noise hits both alike. The supernet's optimizer is
+    ``super_opt`` (default: `sgd`'s)."""
+    super_opt = super_opt or sgd(supernet)
     keys = [f"{kind}_{name}" for name in runs for kind in ("supernet", "static")]
     times: dict[str, list[StepTimes]] = {key: [] for key in keys}
     faults: dict[str, list[int]] = {key: [] for key in keys}

@@ -11,6 +11,9 @@ The buffer becomes ``weight.grad`` at the first backward of a step (when ``.grad
 with ``set_to_none=False``. Whatever else writes into it (a full-size backward accumulating into it,
 gradient clipping, an all-reduce, a scaler's unscale) moves its version counter, and the next step then
 clears all of it.
+
+`written` tells an optimizer which corner a step's backward wrote (`ofa.train.used_sgd`: a recipe's
+``optimizer.update: used`` leaves the rest of the weight, which the step did not use, as it is).
 """
 
 from __future__ import annotations
@@ -38,6 +41,15 @@ class CornerGradient:
         if not (torch.is_grad_enabled() and weight.requires_grad):
             return weight[:out_channels, :in_channels]
         return _CornerSlice.apply(weight, self, out_channels, in_channels)
+
+    def written(self, weight: nn.Parameter) -> tuple[int, int] | None:
+        """The corner ``(rows, cols)`` outside which ``weight.grad`` is zero because only this step's slices wrote
+        into it, or None where that is not known (its gradient is another tensor, or something else wrote
+        into it since)."""
+        grad = weight.grad
+        if grad is None or grad is not self.buffer or grad._version != self.version:
+            return None
+        return self.dirty
 
     def accumulate(self, weight: nn.Parameter, grad: torch.Tensor, out_channels: int, in_channels: int) -> None:
         """Add ``grad`` (of the slice) into ``weight.grad``'s corner, starting a step's buffer where there is none."""

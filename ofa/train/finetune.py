@@ -93,7 +93,12 @@ class FinetuneRecipe:
         return ScheduleConfig(lr_schedule=self.lr_schedule, min_lr=self.min_lr)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: section_to_dict(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "source"}
+        own = ("optimizer",)  # sections that say how they are written
+        return {
+            f.name: getattr(self, f.name).to_dict() if f.name in own else section_to_dict(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name != "source"
+        }
 
 
 def load_finetune_recipe(path: str | Path, overrides: Sequence[str] = ()) -> FinetuneRecipe:

@@ -8,10 +8,12 @@ import torch
 from torch import nn
 
 from ofa.train.recipe import OptimizerConfig, PhaseConfig, ScheduleConfig
+from ofa.train.used_sgd import UsedWeightsSGD
 
 
 def build_optimizer(net: nn.Module, cfg: OptimizerConfig, lr: float) -> torch.optim.Optimizer:
-    """SGD (Nesterov) or AdamW; BN parameters and biases (every 1-D tensor) get no weight decay."""
+    """SGD (Nesterov) or AdamW; BN parameters and biases (every 1-D tensor) get no weight decay. SGD updates only
+    what each step used with ``update: used`` (`UsedWeightsSGD`)."""
     decay, no_decay = [], []
     for p in net.parameters():
         if p.requires_grad:
@@ -19,6 +21,8 @@ def build_optimizer(net: nn.Module, cfg: OptimizerConfig, lr: float) -> torch.op
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if cfg.name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg.betas))
+    if cfg.update == "used":
+        return UsedWeightsSGD(net, groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
     return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
 
 

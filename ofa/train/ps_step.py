@@ -25,6 +25,16 @@ from ofa.train.session import TrainingSession
 from ofa.utils.errors import OFAError
 
 
+def gradient_norm(params: list[torch.Tensor], clip: float | None) -> float:
+    """The gradients' total 2-norm before clipping; clipped to ``clip`` where one is set. Without one nothing
+    writes into them (``clip_grad_norm_`` would scale them by 1 in place, and a corner gradient whose buffer
+    something wrote into is cleared whole at the next step: `ofa.families.corner_grad`)."""
+    if clip is not None:
+        return float(torch.nn.utils.clip_grad_norm_(params, clip))
+    grads = [p.grad for p in params if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
+
+
 class ProgressiveStep:
     """The weights-changing half of a progressive-shrinking run: its step and that step's state.
 
@@ -68,8 +78,7 @@ class ProgressiveStep:
             raise OFAError(f"loss became {loss} {where}: stopped; {self.session.last_good()}. {hint}")
         average_gradients(self.params, env)
         self.scaler.unscale_(self.optimizer)  # no-op unless fp16 loss scaling is on
-        # The norm before clipping (nothing is clipped without optimizer.grad_clip).
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, r.optimizer.grad_clip or math.inf))
+        grad_norm = gradient_norm(self.params, r.optimizer.grad_clip)
         if not math.isfinite(grad_norm) and not self.scaler.is_enabled():  # fp16 overflow: the scaler skips it
             raise OFAError(
                 f"gradients became {grad_norm} {where}: stopped before applying them; "

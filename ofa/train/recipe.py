@@ -44,6 +44,16 @@ class OptimizerConfig:
     # Phase learning rates are for this global batch; the trainer scales them linearly to the
     # actual one (batch_size x processes). null: use them as given.
     lr_reference_batch: int | None = None
+    # all: every weight with a gradient is updated (the paper's rule: unused channels drift with their
+    # momentum and decay); used: SGD updates only what the step's subnets used (ofa.train.used_sgd).
+    update: Literal["all", "used"] = "all"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as a recipe holds it, ``LATER_OPTIMIZER_KEYS`` left out at their defaults."""
+        return without_later_defaults(section_to_dict(self), OptimizerConfig, LATER_OPTIMIZER_KEYS)
+
+
+LATER_OPTIMIZER_KEYS = ("update",)  # OptimizerConfig keys newer than cached runs
 
 
 @dataclass(frozen=True)
@@ -166,7 +176,7 @@ class Recipe:
     source: str = field(default="recipe", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        own = ("space", "data")  # sections that say how they are written
+        own = ("space", "data", "optimizer")  # sections that say how they are written
         out = {
             f.name: getattr(self, f.name).to_dict() if f.name in own else section_to_dict(getattr(self, f.name))
             for f in dataclasses.fields(self)
@@ -323,6 +333,8 @@ def _check_training(r: Recipe, names: list[str]) -> None:
         )
     if r.optimizer.name == "sgd" and r.optimizer.nesterov and r.optimizer.momentum <= 0:
         raise ConfigError("optimizer.nesterov: Nesterov momentum needs optimizer.momentum > 0")
+    if r.optimizer.update == "used" and r.optimizer.name != "sgd":
+        raise ConfigError(f"optimizer.update: used is for sgd (got optimizer.name: {r.optimizer.name})")
     if r.optimizer.grad_clip is not None and r.optimizer.grad_clip <= 0:
         raise ConfigError(f"optimizer.grad_clip: must be positive or null, got {r.optimizer.grad_clip}")
     if r.optimizer.lr_reference_batch is not None and r.optimizer.lr_reference_batch < 1:

@@ -18,9 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ofa.families.corner_grad import CornerGradient
 from ofa.families.resnet.arch import ResNetArch
-from ofa.families.resnet.elastic import ElasticBottleneck, ElasticConvBn
+from ofa.families.resnet.elastic import ElasticBottleneck, ElasticConvBn, ElasticLinear
 from ofa.families.resnet.encoding import sample_arch
 from ofa.families.resnet.layers import mid_channels
 from ofa.families.resnet.space import ResNetSpace
@@ -50,8 +49,7 @@ class OFAResNet(nn.Module):
             out = width
         self.stages = nn.ModuleList(stages)
         self.head = nn.Module()
-        self.head.fc = nn.Linear(out, space.num_classes)
-        self.fc_corner = CornerGradient()
+        self.head.fc = ElasticLinear(out, space.num_classes)
         self.dropout = nn.Dropout(space.dropout)
         self.active_arch = space.max_arch()
 
@@ -94,9 +92,7 @@ class OFAResNet(nn.Module):
             x = F.max_pool2d(x, 3, 2, 1)
         for _, _, block, block_mid, block_out in self._active_blocks():
             x = block(x, block_mid, block_out)
-        x = self.dropout(x.mean((2, 3)))
-        fc = self.head.fc
-        return F.linear(x, self.fc_corner.slice(fc.weight, fc.out_features, x.shape[1]), fc.bias)
+        return self.head.fc(self.dropout(x.mean((2, 3))))
 
     # ----------------------------------------------------------------- static subnets
     @torch.no_grad()

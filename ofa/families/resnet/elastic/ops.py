@@ -59,7 +59,31 @@ class ElasticConvBn(nn.Module):
         x = self.bn(F.conv2d(x, weight, None, self.stride, self.conv.padding))
         return F.relu(x, inplace=True) if self.act else x  # in place, as timm's ConvNormAct (BN keeps its input)
 
+    def written_regions(self) -> dict[nn.Parameter, tuple[int, ...]]:
+        """The leading region of each weight this step's backward wrote (`CornerGradient.written`): the conv's
+        corner, and the BN's first channels, which only that corner's outputs reach. Empty where not known."""
+        corner = self.corner.written(self.conv.weight)
+        if corner is None:
+            return {}
+        return {self.conv.weight: corner, self.bn.weight: corner[:1], self.bn.bias: corner[:1]}
+
     def active_state(self, in_channels: int, out_channels: int) -> dict[str, torch.Tensor]:
         """State dict of timm's ``ConvNormAct`` of these widths, with this op's weights."""
         weight = self.conv.weight[:out_channels, :in_channels].clone()
         return {"conv.weight": weight, **{f"bn.{k}": v for k, v in self.bn.active_state(out_channels).items()}}
+
+
+class ElasticLinear(nn.Linear):
+    """The classifier over the first features of its input (as many as the active subnet's last stage has)."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__(in_features, out_features)
+        self.corner = CornerGradient()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.corner.slice(self.weight, self.out_features, x.shape[1]), self.bias)
+
+    def written_regions(self) -> dict[nn.Parameter, tuple[int, ...]]:
+        """The weight's corner this step's backward wrote (the bias is always whole). Empty where not known."""
+        corner = self.corner.written(self.weight)
+        return {} if corner is None else {self.weight: corner}
