@@ -300,6 +300,16 @@ BENCHMARKS: dict[str, Benchmark] = {
         },
         on_request=True,
     ),
+    "update_rule": Benchmark(
+        ["-m", "bench.update_rule", "--json"],
+        "the ResNet recipes' SGD rule chosen on validation only: recipes/digits_resnet.yaml's space and schedule on "
+        "Fashion-MNIST without the sandwich rule (as the ImageNet ResNet recipe trains), each rule's seed-mean "
+        "validation top-1 of the largest, smallest and random subnets; update: used (only what a step used) "
+        "passes where each is at least the paper rule's (all) less one binomial standard error",
+        ["-m", "bench.update_rule", "--json"],
+        {"used_passes": "update: used passes the bar", "bar": "validation bar"},
+        on_request=True,
+    ),
     "digits_schedule": Benchmark(
         ["-m", "bench.digits_schedule", "--json"],
         "the demo's training schedule and teacher chosen on validation only (the row's seeds, each with its own "

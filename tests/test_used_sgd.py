@@ -59,15 +59,23 @@ def test_sandwich_steps_train_the_same_weights_as_torch_sgd():
         assert torch.equal(opts[0].state[p]["momentum_buffer"], opts[1].state[q]["momentum_buffer"])
 
 
-def test_a_small_subnet_moves_only_what_it_used():
+@pytest.mark.parametrize("clip", [False, True])
+def test_a_small_subnet_moves_only_what_it_used(clip):
+    """The regions are read off the forward: clipping (or an all-reduce) writing into the gradients in place
+    leaves them as they are."""
     (plain, used), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
     opts = build_optimizer(plain, CFG, 0.1), build_optimizer(used, USED, 0.1)
     for net, opt in zip((plain, used), opts):
         step(net, opt, [SPACE.max_arch()], x, y)  # momentum everywhere
     before = copy.deepcopy(used)
     for net, opt in zip((plain, used), opts):
-        step(net, opt, [SPACE.min_arch()], x, y)
-    conv = used.stem.conv3  # the stem's output conv: min width uses a corner of it
+        opt.zero_grad(set_to_none=True)
+        net.set_active(SPACE.min_arch())
+        F.cross_entropy(net(x), y).backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1e-3)
+        opt.step()
+    conv = used.stem.conv3  # the stem's output conv: the smallest subnet uses a corner of it
     rows, cols = conv.corner.dirty
     w, w0, w_plain = conv.conv.weight, before.stem.conv3.conv.weight, plain.stem.conv3.conv.weight
     assert (rows, cols) < tuple(w.shape[:2])
@@ -77,21 +85,23 @@ def test_a_small_subnet_moves_only_what_it_used():
     assert not torch.equal(w[:rows, :cols], w0[:rows, :cols])
     bn, bn0 = conv.bn, before.stem.conv3.bn
     assert torch.equal(bn.weight[rows:], bn0.weight[rows:]) and not torch.equal(bn.weight[:rows], bn0.weight[:rows])
-    fc, fc0 = used.head.fc.weight, before.head.fc.weight
-    assert torch.equal(fc[:, used.head.fc.corner.dirty[1] :], fc0[:, used.head.fc.corner.dirty[1] :])
+    fc, fc0, fc_cols = used.head.fc.weight, before.head.fc.weight, used.head.fc.corner.dirty[1]
+    assert torch.equal(fc[:, fc_cols:], fc0[:, fc_cols:]) and not torch.equal(fc[:, :fc_cols], fc0[:, :fc_cols])
 
 
-def test_a_gradient_something_else_wrote_into_is_updated_whole():
-    (plain, used), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
-    opts = build_optimizer(plain, CFG, 0.1), build_optimizer(used, USED, 0.1)
-    for net, opt in zip((plain, used), opts):
-        step(net, opt, [SPACE.max_arch()], x, y)
-        opt.zero_grad(set_to_none=True)
-        net.set_active(SPACE.min_arch())
-        F.cross_entropy(net(x), y).backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1e-3)  # writes into every gradient
-        opt.step()
-    assert_same(plain, used)
+def test_forwards_without_autograd_are_not_counted_and_each_step_starts_afresh():
+    (_, used), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
+    opt = build_optimizer(used, USED, 0.1)
+    with torch.no_grad():
+        used.set_active(SPACE.max_arch())
+        used(x)  # an evaluation: no weight of it is updated
+    step(used, opt, [SPACE.min_arch()], x, y)
+    assert used.stem.conv3.corner.used == (0, 0)  # taken by the step
+    before = copy.deepcopy(used)
+    step(used, opt, [SPACE.min_arch()], x, y)
+    w, w0 = used.stem.conv3.conv.weight, before.stem.conv3.conv.weight
+    rows = used.stem.conv3.corner.dirty[0]
+    assert rows < w.shape[0] and torch.equal(w[rows:], w0[rows:])
 
 
 def test_a_checkpointed_state_loads_into_either_optimizer():

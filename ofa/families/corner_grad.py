@@ -12,8 +12,10 @@ with ``set_to_none=False``. Whatever else writes into it (a full-size backward a
 gradient clipping, an all-reduce, a scaler's unscale) moves its version counter, and the next step then
 clears all of it.
 
-`written` tells an optimizer which corner a step's backward wrote (`ofa.train.used_sgd`: a recipe's
-``optimizer.update: used`` leaves the rest of the weight, which the step did not use, as it is).
+`take_used` tells an optimizer which corner of the weight the forwards that autograd recorded since it last
+asked have used (`ofa.train.used_sgd`: a recipe's ``optimizer.update: used`` leaves the rest as it is). It is
+read off the forward, not the gradient, so whatever scales or all-reduces the gradient in place (zeros stay
+zeros) leaves it true.
 """
 
 from __future__ import annotations
@@ -32,24 +34,25 @@ class CornerGradient:
         self.buffer: torch.Tensor | None = None
         self.dirty = (0, 0)  # the corner written since the buffer was last all zero...
         self.version = -1  # ... valid while the buffer's version counter still reads this
+        self.used = (0, 0)  # the corner that recorded forwards used since `take_used` last reset it
 
     def slice(self, weight: nn.Parameter, out_channels: int, in_channels: int) -> torch.Tensor:
         """``weight[:out, :in]`` (the weight itself when that is all of it), contiguous as a convolution
         wants it; its gradient goes through `accumulate` when autograd records it."""
+        recorded = torch.is_grad_enabled() and weight.requires_grad
+        if recorded:
+            self.used = (max(self.used[0], out_channels), max(self.used[1], in_channels))
         if weight.shape[:2] == (out_channels, in_channels):
             return weight
-        if not (torch.is_grad_enabled() and weight.requires_grad):
+        if not recorded:
             return weight[:out_channels, :in_channels]
         return _CornerSlice.apply(weight, self, out_channels, in_channels)
 
-    def written(self, weight: nn.Parameter) -> tuple[int, int] | None:
-        """The corner ``(rows, cols)`` outside which ``weight.grad`` is zero because only this step's slices wrote
-        into it, or None where that is not known (its gradient is another tensor, or something else wrote
-        into it since)."""
-        grad = weight.grad
-        if grad is None or grad is not self.buffer or grad._version != self.version:
-            return None
-        return self.dirty
+    def take_used(self) -> tuple[int, int] | None:
+        """The corner ``(rows, cols)`` that forwards autograd recorded have used since the last call (outside it
+        the weight's gradient is zero), or None where none has; the record starts again empty."""
+        used, self.used = self.used, (0, 0)
+        return used if used != (0, 0) else None
 
     def accumulate(self, weight: nn.Parameter, grad: torch.Tensor, out_channels: int, in_channels: int) -> None:
         """Add ``grad`` (of the slice) into ``weight.grad``'s corner, starting a step's buffer where there is none."""

@@ -3,14 +3,15 @@
 torch's SGD updates every element of every parameter that has a gradient: a supernet whose step ran a small
 subnet still pays the momentum and weight-decay update over each active weight's full-size tensor, the
 part of its step a static model of that subnet does not have (`bench.elastic_overhead`: the ResNet
-family's ``update_ms``). Where a supernet's ops record which leading region of a weight a step's backward
-wrote (modules with ``written_regions``: the ResNet family's, through `ofa.families.corner_grad`), this
-optimizer takes torch's SGD update on that region alone; the rest of the weight, and its momentum, stay as
-they are until a step uses them, as torch's SGD already leaves a whole block that a step did not run (its
-gradient is None). That is a different rule from the paper's, where unused channels keep drifting with
-their momentum and decay, so it is the recipe's choice (``update: all`` is the default). A weight whose
-step used all of it, and every weight whose region is not recorded, gets torch's update exactly (so in a
-sandwich phase, whose largest subnet uses every weight, both rules train the same weights bit for bit).
+family's ``update_ms``). Where a supernet's ops record which leading region of a weight the step's forwards
+used (modules with ``take_used_regions``: the ResNet family's, through `ofa.families.corner_grad`; every
+rank runs the same subnets, so the ranks agree), this optimizer takes torch's SGD update on that region
+alone; the rest of the weight, and its momentum, stay as they are until a step uses them, as torch's SGD
+already leaves a whole block that a step did not run (its gradient is None). That is a different rule from
+the paper's, where unused channels keep drifting with their momentum and decay, so it is the recipe's choice
+(``update: all`` is the default). A weight whose step used all of it, and every weight whose region is not
+recorded, gets torch's update exactly (so in a sandwich phase, whose largest subnet uses every weight, both
+rules train the same weights bit for bit).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ Regions = dict[nn.Parameter, tuple[int, ...]]  # a weight -> the leading region 
 
 def region_recorders(model: nn.Module) -> list[nn.Module]:
     """The modules of ``model`` that record the region of their weights a step used."""
-    return [m for m in model.modules() if callable(getattr(m, "written_regions", None))]
+    return [m for m in model.modules() if callable(getattr(m, "take_used_regions", None))]
 
 
 class UsedWeightsSGD(torch.optim.SGD):
@@ -47,10 +48,11 @@ class UsedWeightsSGD(torch.optim.SGD):
             )
         super().__init__(groups, **defaults)
 
-    def used_regions(self) -> Regions:
+    def take_used_regions(self) -> Regions:
+        """What the forwards since the last step used (each recorder's record starts again empty)."""
         regions: Regions = {}
         for recorder in self.recorders:
-            regions.update(recorder.written_regions())
+            regions.update(recorder.take_used_regions())
         return regions
 
     @torch.no_grad()
@@ -58,7 +60,7 @@ class UsedWeightsSGD(torch.optim.SGD):
         """One update; a closure (re-evaluating the loss) is not supported, as no caller here passes one."""
         if closure is not None:
             raise ValueError("UsedWeightsSGD.step takes no closure")
-        regions = self.used_regions()
+        regions = self.take_used_regions()
         for group in self.param_groups:
             params, grads, buffers = [], [], []
             for p in group["params"]:

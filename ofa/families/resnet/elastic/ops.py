@@ -59,10 +59,10 @@ class ElasticConvBn(nn.Module):
         x = self.bn(F.conv2d(x, weight, None, self.stride, self.conv.padding))
         return F.relu(x, inplace=True) if self.act else x  # in place, as timm's ConvNormAct (BN keeps its input)
 
-    def written_regions(self) -> dict[nn.Parameter, tuple[int, ...]]:
-        """The leading region of each weight this step's backward wrote (`CornerGradient.written`): the conv's
-        corner, and the BN's first channels, which only that corner's outputs reach. Empty where not known."""
-        corner = self.corner.written(self.conv.weight)
+    def take_used_regions(self) -> dict[nn.Parameter, tuple[int, ...]]:
+        """The leading region of each weight the step used (`CornerGradient.take_used`): the conv's corner, and the
+        BN's first channels, which only that corner's outputs reach. Empty where none was used."""
+        corner = self.corner.take_used()
         if corner is None:
             return {}
         return {self.conv.weight: corner, self.bn.weight: corner[:1], self.bn.bias: corner[:1]}
@@ -83,7 +83,7 @@ class ElasticLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.corner.slice(self.weight, self.out_features, x.shape[1]), self.bias)
 
-    def written_regions(self) -> dict[nn.Parameter, tuple[int, ...]]:
-        """The weight's corner this step's backward wrote (the bias is always whole). Empty where not known."""
-        corner = self.corner.written(self.weight)
+    def take_used_regions(self) -> dict[nn.Parameter, tuple[int, ...]]:
+        """The weight's corner the step used (the bias is always whole). Empty where none was used."""
+        corner = self.corner.take_used()
         return {} if corner is None else {self.weight: corner}
