@@ -95,7 +95,7 @@ def summarize(rows: list[dict[str, Any]], seeds: list[int], val_images: int) -> 
                 "train_seconds": round(sum(r["train_seconds"] for r in done) / len(done), 1),
                 **{f"val_{k}": round(sum(r[f"val_{k}"] for r in done) / len(done), 2) for k in FIGURES},
             }
-    result: dict[str, Any] = {"seeds": seeds, "val_images": val_images, "rules": table}
+    result: dict[str, Any] = {"seeds": seeds, "val_images": val_images, "by_rule": table}
     if len(table) == len(RULES):
         paper = table["all"]
         bar = {k: round(paper[f"val_{k}"] - binomial_se(paper[f"val_{k}"], val_images), 2) for k in FIGURES}
@@ -124,7 +124,7 @@ def main() -> int:
     val_images = len(build_data(load_recipe(BASE, [f"data={json.dumps(DATA_SECTION)}"]).data).val)
     summary = summarize(read_record(), args.seeds, val_images)
     if not args.json:
-        for rule, t in summary["rules"].items():
+        for rule, t in summary["by_rule"].items():
             print(
                 f"update: {rule}: {t['train_seconds']} s; validation largest {t['val_largest']}%, smallest "
                 f"{t['val_smallest']}%, random {t['val_random']}%"

@@ -40,7 +40,7 @@ def test_used_passes_within_one_standard_error_of_the_paper_rule():
     rows = [_row("all", s, *PAPER.values()) for s in (0, 1)]
     rows += [_row("used", 0, 89.8, 80.5, 84.9), _row("used", 1, 89.6, 80.5, 84.7)]
     summary = summarize(rows, [0, 1], 5000)
-    assert summary["rules"]["used"]["val_largest"] == 89.7
+    assert summary["by_rule"]["used"]["val_largest"] == 89.7
     assert summary["bar"] == {k: round(v - binomial_se(v, 5000), 2) for k, v in PAPER.items()}
     assert summary["bar"]["largest"] == 89.58
     assert summary["used_passes"]
@@ -50,4 +50,4 @@ def test_used_passes_within_one_standard_error_of_the_paper_rule():
 
 def test_an_unfinished_rule_gets_no_verdict():
     summary = summarize([_row("all", 0, 90.0, 80.0, 85.0), _row("used", 0, 90.0, 80.0, 85.0)], [0, 1], 5000)
-    assert summary["rules"] == {} and "used_passes" not in summary
+    assert summary["by_rule"] == {} and "used_passes" not in summary
