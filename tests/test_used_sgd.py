@@ -139,3 +139,24 @@ def test_the_gradient_norm_without_clipping_leaves_the_gradients_unwritten():
     assert norm == float(torch.nn.utils.clip_grad_norm_(params, math.inf))
     assert gradient_norm(params, 1e-3) == pytest.approx(norm)  # clipped: the norm before clipping
     assert float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))) == pytest.approx(1e-3)
+
+
+def test_a_closure_runs_first_and_its_forward_counts():
+    (plain, used), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
+    opts = build_optimizer(plain, CFG, 0.1), build_optimizer(used, USED, 0.1)
+    before, losses = copy.deepcopy(used), []
+    for net, opt in zip((plain, used), opts):
+        net.set_active(SPACE.min_arch())
+
+        def closure(net=net, opt=opt) -> torch.Tensor:
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            return loss
+
+        losses.append(opt.step(closure))
+    assert torch.equal(losses[0], losses[1])
+    w, w0, w_plain = used.stem.conv3.conv.weight, before.stem.conv3.conv.weight, plain.stem.conv3.conv.weight
+    rows, cols = used.stem.conv3.corner.dirty
+    assert torch.equal(w[:rows, :cols], w_plain[:rows, :cols]) and not torch.equal(w[:rows, :cols], w0[:rows, :cols])
+    assert torch.equal(w[rows:], w0[rows:])  # the closure's forward was the step's: only its corner moved

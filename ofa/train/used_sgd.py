@@ -16,7 +16,7 @@ rules train the same weights bit for bit).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -39,14 +39,16 @@ class UsedWeightsSGD(torch.optim.SGD):
     either optimizer resumes in the other.
     """
 
-    def __init__(self, model: nn.Module, groups: Iterable[dict], **defaults: object) -> None:
+    def __init__(
+        self, model: nn.Module, groups: Iterable[dict], lr: float, momentum: float = 0.0, nesterov: bool = False
+    ) -> None:
         self.recorders = region_recorders(model)
         if not self.recorders:
             raise OFAError(
                 f"optimizer.update: used needs a model whose steps record the weights they use (the resnet "
                 f"family's supernet); {type(model).__name__} records none: set optimizer.update: all"
             )
-        super().__init__(groups, **defaults)
+        super().__init__(groups, lr=lr, momentum=momentum, nesterov=nesterov)
 
     def take_used_regions(self) -> Regions:
         """What the forwards since the last step used (each recorder's record starts again empty)."""
@@ -56,10 +58,13 @@ class UsedWeightsSGD(torch.optim.SGD):
         return regions
 
     @torch.no_grad()
-    def step(self, closure: None = None) -> None:  # type: ignore[override]
-        """One update; a closure (re-evaluating the loss) is not supported, as no caller here passes one."""
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """One update on what the forwards since the last one used (``closure``, as torch's: re-evaluates the
+        loss first, and its value is returned)."""
+        loss = None
         if closure is not None:
-            raise ValueError("UsedWeightsSGD.step takes no closure")
+            with torch.enable_grad():
+                loss = closure()
         regions = self.take_used_regions()
         for group in self.param_groups:
             params, grads, buffers = [], [], []
@@ -86,3 +91,4 @@ class UsedWeightsSGD(torch.optim.SGD):
                 maximize=group["maximize"],
                 foreach=False,
             )
+        return loss
