@@ -6,8 +6,10 @@ loads it before any worker starts, and importing torch and the package there cos
 
 from __future__ import annotations
 
+import gzip
 import os
 import signal
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -152,3 +154,26 @@ def synthetic_table(
     if dtype:
         meta["dtype"] = dtype
     return LatencyTable(meta, entries, source="synthetic.yaml")
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """An IDX file of unsigned bytes (gzipped when the name ends in .gz)."""
+    body = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    body += array.astype(np.uint8).tobytes()
+    path.write_bytes(gzip.compress(body) if path.suffix == ".gz" else body)
+
+
+def fake_fashion(folder: Path, gz: bool, per_class: tuple[int, int] = (12, 6)) -> dict[str, np.ndarray]:
+    """Ten classes of 28x28 images whose brightness encodes the class; returns the arrays written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    out = {}
+    for split, n in zip(("train", "t10k"), per_class):
+        labels = np.repeat(np.arange(10), n)
+        rng.shuffle(labels)
+        images = (labels[:, None, None] * 25 + rng.integers(0, 5, (len(labels), 28, 28))).astype(np.uint8)
+        suffix = ".gz" if gz else ""
+        write_idx(folder / f"{split}-images-idx3-ubyte{suffix}", images)
+        write_idx(folder / f"{split}-labels-idx1-ubyte{suffix}", labels)
+        out[split] = images
+    return out

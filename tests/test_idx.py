@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import fake_fashion, write_idx
 
 from ofa.cli import main
 from ofa.data.datasets import build_data
@@ -17,29 +16,6 @@ from ofa.utils.errors import OFAError
 
 ROOT = Path(__file__).resolve().parents[1]
 FASHION = ROOT / "recipes" / "fashion_mnist.yaml"
-
-
-def write_idx(path: Path, array: np.ndarray) -> None:
-    """An IDX file of unsigned bytes (gzipped when the name ends in .gz)."""
-    body = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
-    body += array.astype(np.uint8).tobytes()
-    path.write_bytes(gzip.compress(body) if path.suffix == ".gz" else body)
-
-
-def fake_fashion(folder: Path, gz: bool, per_class: tuple[int, int] = (12, 6)) -> dict[str, np.ndarray]:
-    """Ten classes of 28x28 images whose brightness encodes the class; returns the arrays written."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    out = {}
-    for split, n in zip(("train", "t10k"), per_class):
-        labels = np.repeat(np.arange(10), n)
-        rng.shuffle(labels)
-        images = (labels[:, None, None] * 25 + rng.integers(0, 5, (len(labels), 28, 28))).astype(np.uint8)
-        suffix = ".gz" if gz else ""
-        write_idx(folder / f"{split}-images-idx3-ubyte{suffix}", images)
-        write_idx(folder / f"{split}-labels-idx1-ubyte{suffix}", labels)
-        out[split] = images
-    return out
 
 
 def test_read_idx_round_trips_plain_and_gzipped(tmp_path):
