@@ -2,13 +2,15 @@
 
 Every benchmark prints its result as one JSON object on its last line (with ``--json``); `last_json`
 is how `bench.run_all` and the step-timing invocations read it; `keep_stages` makes a pipeline run stages
-again. Imports nothing of the ``ofa`` package: `bench.official_overhead` runs its timing in processes whose
+again; `read_record` and `fill_record` keep a study's finished runs, one JSON line each, so a rerun trains only
+what is missing. Imports nothing of the ``ofa`` package: `bench.official_overhead` runs its timing in processes whose
 ``ofa`` is the official code.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +33,23 @@ def keep_stages(state: Path, stages: tuple[str, ...], out: Path | None = None) -
     ``stages`` finished: `ofa pipeline` on that folder runs the other stages again."""
     finished = json.loads(state.read_text())
     (out or state).write_text(json.dumps({k: v for k, v in finished.items() if k in stages}))
+
+
+def read_record(path: Path) -> list[dict[str, Any]]:
+    """The rows of a study's record (one JSON object a line); [] where there is none yet."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def fill_record(path: Path, wanted: list[dict[str, Any]], run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Append ``run(key)``'s row for each ``wanted`` key (e.g. ``{"name": ..., "seed": ...}``) that no row of the
+    record matches yet, one after another (the record is read again before each: another process may have
+    added it meanwhile)."""
+    for key in wanted:
+        if any(all(row.get(k) == v for k, v in key.items()) for row in read_record(path)):
+            continue
+        row = run(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(json.dumps(row) + "\n")

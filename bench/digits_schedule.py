@@ -39,7 +39,7 @@ import numpy as np
 import torch
 import yaml
 
-from bench.common import DATA, ROOT
+from bench.common import DATA, ROOT, fill_record, read_record
 from bench.ps_runs import evaluate_supernet
 from ofa.data.datasets import build_data
 from ofa.families.family import Space
@@ -282,12 +282,6 @@ def run_one(name: str, keys: dict[str, Any], seed: int, base: dict[str, Any]) ->
     }
 
 
-def read_record() -> list[dict[str, Any]]:
-    if not RECORD.exists():
-        return []
-    return [json.loads(line) for line in RECORD.read_text().splitlines() if line.strip()]
-
-
 def binomial_se(top1: float, images: int) -> float:
     """Standard error (points) of a top-1 of ``top1`` % measured on ``images`` images."""
     p = top1 / 100
@@ -358,16 +352,10 @@ def main() -> int:
             f"digits_schedule: error: unknown candidate(s) {unknown} (known: {list(all_candidates)})", file=sys.stderr
         )
         return 2
-    for name in names:
-        for seed in args.seeds:
-            if any(r["name"] == name and r["seed"] == seed for r in read_record()):
-                continue
-            row = run_one(name, all_candidates[name], seed, base)
-            RECORD.parent.mkdir(parents=True, exist_ok=True)
-            with RECORD.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+    wanted = [{"name": name, "seed": seed} for name in names for seed in args.seeds]
+    fill_record(RECORD, wanted, lambda key: run_one(key["name"], all_candidates[key["name"]], key["seed"], base))
     val_images = len(build_data(load_recipe(BASE).data).val)
-    summary = summarize(read_record(), list(all_candidates), args.seeds, val_images)
+    summary = summarize(read_record(RECORD), list(all_candidates), args.seeds, val_images)
     if not args.json:
         for name, t in summary["candidates"].items():
             verdict = "passes" if t["passes"] else "fails"

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import yaml
 
-from bench.common import DATA, ROOT
+from bench.common import DATA, ROOT, fill_record, read_record
 from bench.digits_schedule import FIGURES, binomial_se, final_validation
 from ofa.data.datasets import build_data
 from ofa.train.loop import train
@@ -79,12 +79,6 @@ def run_one(rule: str, seed: int) -> dict[str, Any]:
     return {"rule": rule, "seed": seed, **final_validation(out / "run")}
 
 
-def read_record() -> list[dict[str, Any]]:
-    if not RECORD.exists():
-        return []
-    return [json.loads(line) for line in RECORD.read_text().splitlines() if line.strip()]
-
-
 def summarize(rows: list[dict[str, Any]], seeds: list[int], val_images: int) -> dict[str, Any]:
     """Per rule the seeds' mean validation figures; whether ``used`` reaches the paper rule's bar."""
     table = {}
@@ -113,16 +107,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    for seed in args.seeds:
-        for rule in args.rules:
-            if any(r["rule"] == rule and r["seed"] == seed for r in read_record()):
-                continue
-            row = run_one(rule, seed)
-            RECORD.parent.mkdir(parents=True, exist_ok=True)
-            with RECORD.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+    wanted = [{"rule": rule, "seed": seed} for seed in args.seeds for rule in args.rules]
+    fill_record(RECORD, wanted, lambda key: run_one(key["rule"], key["seed"]))
     val_images = len(build_data(load_recipe(BASE, [f"data={json.dumps(DATA_SECTION)}"]).data).val)
-    summary = summarize(read_record(), args.seeds, val_images)
+    summary = summarize(read_record(RECORD), args.seeds, val_images)
     if not args.json:
         for rule, t in summary["by_rule"].items():
             print(

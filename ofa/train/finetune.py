@@ -10,7 +10,6 @@ the optimizer and the position, so a run killed at any point resumes to the same
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -34,7 +33,7 @@ from ofa.train.recipe import CheckpointConfig, OptimizerConfig, PhaseConfig, Sch
 from ofa.train.resume import prepare_run_folder
 from ofa.train.sampling import step_seed
 from ofa.train.session import SessionConfig, TrainingSession, apply_gradients
-from ofa.utils.config import ConfigError, apply_overrides, parse_fields, section_to_dict
+from ofa.utils.config import ConfigError, apply_overrides, parse_fields, recipe_to_dict
 from ofa.utils.errors import OFAError, SpaceError
 from ofa.utils.io import file_sha256, read_json, read_yaml
 from ofa.utils.tracking import LoggingConfig
@@ -93,12 +92,7 @@ class FinetuneRecipe:
         return ScheduleConfig(lr_schedule=self.lr_schedule, min_lr=self.min_lr)
 
     def to_dict(self) -> dict[str, Any]:
-        own = ("optimizer",)  # sections that say how they are written
-        return {
-            f.name: getattr(self, f.name).to_dict() if f.name in own else section_to_dict(getattr(self, f.name))
-            for f in dataclasses.fields(self)
-            if f.name != "source"
-        }
+        return recipe_to_dict(self, own=("optimizer",))
 
 
 def load_finetune_recipe(path: str | Path, overrides: Sequence[str] = ()) -> FinetuneRecipe:

@@ -23,6 +23,7 @@ from ofa.utils.config import (
     apply_overrides,
     parse_fields,
     parse_section,
+    recipe_to_dict,
     section_to_dict,
     without_later_defaults,
 )
@@ -176,12 +177,7 @@ class Recipe:
     source: str = field(default="recipe", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        own = ("space", "data", "optimizer")  # sections that say how they are written
-        out = {
-            f.name: getattr(self, f.name).to_dict() if f.name in own else section_to_dict(getattr(self, f.name))
-            for f in dataclasses.fields(self)
-            if f.name != "source"
-        }
+        out = recipe_to_dict(self, own=("space", "data", "optimizer"))
         return {**out, "phases": [p.to_dict() for p in self.phases]}
 
     def training_dict(self) -> dict[str, Any]:

@@ -126,6 +126,17 @@ def section_to_dict(section: Any) -> Any:
     return section
 
 
+def recipe_to_dict(recipe: Any, own: Iterable[str]) -> dict[str, Any]:
+    """A recipe dataclass's fields as plain values (its ``source`` left out); the sections named in ``own`` by
+    their own ``to_dict``, since they say how they are written (e.g. later keys left out at their defaults)."""
+    own = set(own)
+    return {
+        f.name: getattr(recipe, f.name).to_dict() if f.name in own else section_to_dict(getattr(recipe, f.name))
+        for f in dataclasses.fields(recipe)
+        if f.name != "source"
+    }
+
+
 def without_later_defaults(plain: dict[str, Any], section: type, later: Iterable[str]) -> dict[str, Any]:
     """``plain`` (a section's `section_to_dict`) without each ``later`` key that holds ``section``'s default: keys
     added after runs were cached under a recipe's digest, so a recipe that does not set them keeps that digest."""
