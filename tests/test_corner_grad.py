@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ofa.families.corner_grad import CornerGradient
+from ofa.families.corner_grad import POOL_SIZE, CornerGradient
 from ofa.families.resnet.encoding import sample_arch
 from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.supernet import OFAResNet
@@ -64,23 +64,46 @@ def test_the_gradient_is_the_plain_slices_bit_for_bit(monkeypatch):
         assert torch.equal(mine, plain), f"step {step}: {(mine - plain).abs().max()}"
 
 
-def test_only_the_written_corner_is_nonzero_and_the_buffer_is_reused(monkeypatch):
+def test_a_step_takes_the_pooled_buffer_with_least_to_clear_and_clears_only_that():
     weight, corner = nn.Parameter(torch.randn(8, 6, 1, 1)), CornerGradient()
-    F.conv2d(torch.randn(1, 6, 2, 2), corner.slice(weight, 5, 6)).sum().backward()
-    first = weight.grad
-    weight.grad = None
-    F.conv2d(torch.randn(1, 2, 2, 2), corner.slice(weight, 3, 2)).sum().backward()
-    assert weight.grad is first  # no new full-size tensor
-    assert weight.grad[:3, :2].abs().sum() > 0
-    assert not weight.grad[3:].any() and not weight.grad[:, 2:].any()  # the last step's wider corner is cleared
+
+    def step(out_channels: int, in_channels: int) -> torch.Tensor:
+        weight.grad = None
+        x = torch.randn(1, in_channels, 2, 2)
+        F.conv2d(x, corner.slice(weight, out_channels, in_channels)).sum().backward()
+        assert weight.grad[:out_channels, :in_channels].abs().sum() > 0
+        assert not weight.grad[out_channels:].any() and not weight.grad[:, in_channels:].any()
+        return weight.grad
+
+    wide = step(5, 6)
+    narrow = step(3, 2)  # the wide buffer would need clearing and the pool has room: a second one
+    assert narrow is not wide and len(corner.buffers) == POOL_SIZE == 2
+    assert step(3, 2) is narrow  # nothing to clear in it
+    assert step(4, 4) is narrow  # it holds less outside (4, 4) than the wide one
+    assert step(6, 6) is wide  # (5, 6) lies inside (6, 6): nothing to clear
+    assert step(2, 1) is narrow and len(corner.buffers) == 2  # the pool is full: the one with least to clear
 
 
 def test_without_gradients_the_slice_is_a_view_and_nothing_is_kept():
     weight, corner = nn.Parameter(torch.randn(8, 6, 1, 1)), CornerGradient()
     with torch.no_grad():
         view = corner.slice(weight, 4, 3)
-    assert view.data_ptr() == weight.data_ptr() and corner.buffer is None
+    assert view.data_ptr() == weight.data_ptr() and corner.buffers == []
     assert corner.slice(weight, 8, 6) is weight
+
+
+def test_a_weight_given_new_storage_or_dtype_is_sliced_and_buffered_afresh():
+    weight, corner = nn.Parameter(torch.randn(8, 6, 1, 1)), CornerGradient()
+    F.conv2d(torch.randn(1, 3, 2, 2), corner.slice(weight, 4, 3)).sum().backward()
+    weight.data, weight.grad = torch.randn(8, 6, 1, 1, dtype=torch.float64), None  # as a move to float64 does
+    x = torch.randn(1, 3, 2, 2, dtype=torch.float64)
+    sliced = corner.slice(weight, 4, 3)
+    assert torch.equal(sliced, weight[:4, :3])  # the new values, not a view of the old storage
+    F.conv2d(x, sliced).sum().backward()
+    assert weight.grad.dtype == torch.float64 and len(corner.buffers) == 1
+    expected = torch.zeros_like(weight)
+    expected[:4, :3] = torch.autograd.grad(F.conv2d(x, weight[:4, :3]).sum(), weight)[0][:4, :3]
+    assert torch.equal(weight.grad, expected)
 
 
 def test_resnet_supernet_gradients_match_plain_slicing(monkeypatch):

@@ -28,7 +28,7 @@ from ofa.utils.errors import OFAError
 def gradient_norm(params: list[torch.Tensor], clip: float | None) -> float:
     """The gradients' total 2-norm before clipping; clipped to ``clip`` where one is set. Without one nothing
     writes into them (``clip_grad_norm_`` would scale them by 1 in place, and a corner gradient whose buffer
-    something wrote into is cleared whole at the next step: `ofa.families.corner_grad`)."""
+    something wrote into is cleared whole before its next use: `ofa.families.corner_grad`)."""
     if clip is not None:
         return float(torch.nn.utils.clip_grad_norm_(params, clip))
     grads = [p.grad for p in params if p.grad is not None]
