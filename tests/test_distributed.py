@@ -85,15 +85,25 @@ def torchrun_pipeline(tmp_path_factory) -> tuple[Path, subprocess.CompletedProce
     return out, proc
 
 
+def trained_weights(checkpoint: dict) -> list[str]:
+    """The names of a supernet file's trained floating-point tensors (not BN running statistics)."""
+    return [k for k, v in checkpoint["state_dict"].items() if v.is_floating_point() and "running_" not in k]
+
+
+def weight_difference(a: dict, b: dict) -> float:
+    """The largest difference between two supernet files' trained weights."""
+    return max((a["state_dict"][k] - b["state_dict"][k]).abs().max().item() for k in trained_weights(b))
+
+
 def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(torchrun_pipeline, single_process_run):
     dist_out, _ = torchrun_pipeline
     single = single_process_run / "supernet.pt"
 
     a = torch.load(dist_out / "supernet.pt", weights_only=True)
     b = torch.load(single, weights_only=True)
-    params = [k for k, v in b["state_dict"].items() if v.is_floating_point() and "running_" not in k]
+    params = trained_weights(b)
     assert len(params) > 50
-    worst = max((a["state_dict"][k] - b["state_dict"][k]).abs().max().item() for k in params)
+    worst = weight_difference(a, b)
     torch.manual_seed(0)  # the recipe's seed: the initial weights
     init = OFAMobileNetV3(load_recipe(TINY, COMMON).space).state_dict()
     moved = max((b["state_dict"][k] - init[k]).abs().max().item() for k in params)
@@ -127,6 +137,17 @@ def test_pipeline_under_torchrun_shards_collection_and_leaves_the_rest_to_rank_0
     assert (out / "export" / "arch_1000ms.onnx").is_file() and (out / "summary.md").is_file()
 
 
+def train_two_ranks(recipe: Path, overrides: list[str], out: Path) -> None:
+    """`train_processes` with 2 ranks, started from a fresh interpreter as from the CLI (forked, one thread each,
+    as from a 2-core machine)."""
+    start = "import sys; from ofa.train import load_recipe; from ofa.train.launch import train_processes; "
+    start += "train_processes(load_recipe(sys.argv[1], sys.argv[3:]), sys.argv[2], 2)"
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    command = [sys.executable, "-c", start, str(recipe), str(out), *overrides]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_train_processes_starts_ranks_that_train_what_one_process_trains(single_process_run, tmp_path):
     """`train_processes` (the pipeline's ``train_processes``, no torchrun): 2 ranks (forked), each with half the
     batch and half the micro-batches, end with one process's weights.
@@ -135,21 +156,10 @@ def test_train_processes_starts_ranks_that_train_what_one_process_trains(single_
     openvino starts its telemetry's), and then they would be spawned, seconds of imports each; and a child forked
     from a process that ran backward cannot run autograd."""
     recipe = load_recipe(TINY, SINGLE)
-    start = "import sys; from ofa.train import load_recipe; from ofa.train.launch import train_processes; "
-    start += "train_processes(load_recipe(sys.argv[1], sys.argv[3:]), sys.argv[2], 2)"
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}  # two ranks of one thread each, as from a 2-core machine's CLI
-    done = subprocess.run(
-        [sys.executable, "-c", start, str(TINY), str(tmp_path / "ranks"), *SINGLE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    train_two_ranks(TINY, SINGLE, tmp_path / "ranks")
     ranks = torch.load(tmp_path / "ranks" / "supernet.pt", weights_only=True)
     single = torch.load(single_process_run / "supernet.pt", weights_only=True)
-    params = [k for k, v in single["state_dict"].items() if v.is_floating_point() and "running_" not in k]
-    worst = max((ranks["state_dict"][k] - single["state_dict"][k]).abs().max().item() for k in params)
+    worst = weight_difference(ranks, single)
     assert worst < 1e-5, f"largest weight difference {worst}"
     assert ranks["meta"]["recipe"]["data"]["batch_size"] == 8  # each rank's share
     with pytest.raises(OFAError, match="already holds a training run"):  # refused before any rank starts
@@ -210,3 +220,29 @@ def test_train_processes_must_divide_the_batch_and_the_micro_batches(tmp_path, c
     assert not (tmp_path / "run" / "checkpoints").exists()
     halves = split_batch(load_recipe(TINY, ["data.batch_size=16", "schedule.micro_batches=4"]), 2)
     assert (halves.data.batch_size, halves.schedule.micro_batches) == (8, 2)
+
+
+def test_resnet_ranks_updating_what_they_used_match_one_process(tmp_path):
+    """The ResNet family's own gradient path (corner gradients in kept buffers, which the all-reduce writes into
+    in place) with ``optimizer.update: used``, in a phase without the sandwich rule, where that rule differs from
+    torch's SGD: every rank must update the same regions as one process does.
+
+    Three steps: this tiny ResNet (batches of 8 at 8 px, so 128 values per BN channel at the last stage) drifts
+    apart from one process after a few more, as rounding differences flip activations across ReLU and BN."""
+    recipe = Path(__file__).resolve().parent / "recipes" / "tiny_resnet.yaml"
+    phase = (
+        "phases=[{name: depth, depths: [0, 1], expands: [0.25, 0.35], widths: [0, 1], subnets_per_step: 2, "
+        "epochs: 1, lr: 0.05}]"
+    )
+    single = [phase, "data.synthetic.train_size=48", "checkpoint.every_steps=0", "data.batch_size=16"]
+    single += ["schedule.micro_batches=2", "optimizer.update=used"]
+    train(load_recipe(recipe, single), tmp_path / "single")
+    train(load_recipe(recipe, [*single, "optimizer.update=all"]), tmp_path / "all")
+    train_two_ranks(recipe, single, tmp_path / "ranks")
+    ranks, one, paper = (
+        torch.load(tmp_path / d / "supernet.pt", weights_only=True) for d in ("ranks", "single", "all")
+    )
+    assert ranks["meta"]["recipe"]["optimizer"]["update"] == "used"
+    worst = weight_difference(ranks, one)
+    assert worst < 1e-5, f"largest weight difference {worst}"
+    assert weight_difference(paper, one) > 1e-3  # not vacuous: the paper's rule trains other weights here
