@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ofa.families.corner_grad import POOL_SIZE, CornerGradient
+from ofa.families.corner_grad import POOL_SIZE, CornerGradient, writes_keeping_zeros
 from ofa.families.resnet.encoding import sample_arch
 from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.supernet import OFAResNet
@@ -31,7 +31,9 @@ STEPS = [
     ([(5, 4), (2, 6)], None),  # two corners accumulate into one buffer
     ([(8, 6), (2, 2)], None),  # the whole weight (autograd's own gradient), then a corner added into it
     ([(2, 2), (8, 6)], None),  # a corner first, then autograd accumulates the whole weight into the buffer
-    ([(4, 3)], "scale"),  # something else writes into the buffer (as clipping does)
+    ([(4, 3)], "scale"),  # something else writes into the buffer (as a hook might)
+    ([(3, 3)], "scale, keeping zeros"),  # as clipping and the average over ranks do
+    ([(2, 2)], None),
     ([(1, 1)], None),
     ([(6, 5)], "keep"),  # the caller keeps .grad (zero_grad(set_to_none=False) then accumulates into it)
     ([(2, 3)], None),
@@ -54,6 +56,9 @@ def run(steps: list, corner_slice: bool, monkeypatch: pytest.MonkeyPatch) -> lis
                 F.conv2d(x, corner.slice(weight, o, i)).square().sum().backward()
             if then == "scale":
                 weight.grad.mul_(0.5)
+            elif then == "scale, keeping zeros":
+                with writes_keeping_zeros([weight.grad]):
+                    weight.grad.mul_(0.5)
             keep = then == "keep"
             grads.append(weight.grad.clone())
     return grads
@@ -82,6 +87,20 @@ def test_a_step_takes_the_pooled_buffer_with_least_to_clear_and_clears_only_that
     assert step(4, 4) is narrow  # it holds less outside (4, 4) than the wide one
     assert step(6, 6) is wide  # (5, 6) lies inside (6, 6): nothing to clear
     assert step(2, 1) is narrow and len(corner.buffers) == 2  # the pool is full: the one with least to clear
+
+
+def test_writes_that_keep_zeros_leave_the_buffer_tracked_and_others_do_not():
+    weight, corner = nn.Parameter(torch.randn(8, 6, 1, 1)), CornerGradient()
+    for keep in (True, False):
+        weight.grad = None
+        F.conv2d(torch.randn(1, 3, 2, 2), corner.slice(weight, 4, 3)).sum().backward()
+        if keep:
+            with writes_keeping_zeros([weight.grad, torch.zeros(2)]):  # tensors that are no buffer: passed over
+                weight.grad.mul_(0.5)
+        else:
+            weight.grad.mul_(0.5)
+        assert corner.current.written_elsewhere() is not keep
+        assert corner.current.to_clear(2, 2) == (4 * 3 - 2 * 2 if keep else 8 * 6)
 
 
 def test_without_gradients_the_slice_is_a_view_and_nothing_is_kept():

@@ -141,6 +141,15 @@ def test_the_gradient_norm_without_clipping_leaves_the_gradients_unwritten():
     assert float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))) == pytest.approx(1e-3)
 
 
+def test_clipping_in_the_step_keeps_the_corner_gradients_tracked():
+    (_, net), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
+    net.set_active(SPACE.min_arch())
+    F.cross_entropy(net(x), y).backward()
+    gradient_norm(list(net.parameters()), 1e-3)
+    buffer = net.stem.conv3.corner.current
+    assert buffer.tensor is net.stem.conv3.conv.weight.grad and not buffer.written_elsewhere()
+
+
 def test_a_closure_runs_first_and_its_forward_counts():
     (plain, used), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
     opts = build_optimizer(plain, CFG, 0.1), build_optimizer(used, USED, 0.1)

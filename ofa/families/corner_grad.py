@@ -11,8 +11,9 @@ after a wider one would otherwise clear the wider corner, which costs more than 
 supernet's steps alternate subnets of very different sizes). A buffer becomes ``weight.grad`` at the first
 backward of a step (when ``.grad`` is None: the optimizer's ``zero_grad(set_to_none=True)``), so a
 ``.grad`` tensor kept past a step may see a later step's values, as with ``set_to_none=False``. Whatever
-else writes into it (a full-size backward accumulating into it, gradient clipping, an all-reduce, a
-scaler's unscale) moves its version counter, and it is then cleared whole before it is used again.
+else writes into it (a full-size backward accumulating into it, a hook) moves its version counter, and it is
+then cleared whole before it is used again; writes that keep every zero zero (gradient clipping, the average
+over ranks that ran the same subnets) say so with `writes_keeping_zeros`, and the buffer stays tracked.
 
 `take_used` tells an optimizer which corner of the weight the forwards that autograd recorded since it last
 asked have used (`ofa.train.used_sgd`: a recipe's ``optimizer.update: used`` leaves the rest as it is). It is
@@ -22,6 +23,8 @@ zeros) leaves it true.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,6 +39,7 @@ class _Buffer:
 
     def __init__(self, like: torch.Tensor) -> None:
         self.tensor = torch.zeros_like(like)
+        self.tensor.corner_buffer = self  # found from ``weight.grad`` by `writes_keeping_zeros`
         self.dirty = (0, 0)  # the corner written since the tensor was last all zero...
         self.version = self.tensor._version  # ... valid while its version counter still reads this
         self.views: dict[tuple[int, int], torch.Tensor] = {}
@@ -133,6 +137,17 @@ class CornerGradient:
         if least:
             best.clear_outside(out_channels, in_channels)
         return best
+
+
+@contextmanager
+def writes_keeping_zeros(grads: Iterable[torch.Tensor]) -> Iterator[None]:
+    """In-place writes into ``grads`` inside the block keep every zero zero (scaling by a factor; averaging over
+    ranks that ran the same subnets): the corner buffers among them that were tracked before stay tracked, so
+    their next step clears what lies outside its corner rather than all of them."""
+    tracked = [b for g in grads if (b := getattr(g, "corner_buffer", None)) is not None and not b.written_elsewhere()]
+    yield
+    for buffer in tracked:
+        buffer.version = buffer.tensor._version
 
 
 def _same_kind(tensor: torch.Tensor, weight: torch.Tensor) -> bool:

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ofa.families.corner_grad import writes_keeping_zeros
 from ofa.utils.errors import OFAError
 
 
@@ -101,9 +102,10 @@ def average_gradients(params: list[nn.Parameter], env: DistEnv) -> None:
     dist.all_reduce(flat)
     flat /= env.world_size
     offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
+    with writes_keeping_zeros(grads):  # every rank ran the same subnets: the same zeros
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
 
 
 def all_reduce_sum(values: torch.Tensor, env: DistEnv) -> torch.Tensor:

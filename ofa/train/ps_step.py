@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ofa.families.corner_grad import writes_keeping_zeros
 from ofa.families.family import Arch, Supernet
 from ofa.train.bn import resize
 from ofa.train.distill import frozen_teacher, soft_cross_entropy
@@ -26,11 +27,11 @@ from ofa.utils.errors import OFAError
 
 
 def gradient_norm(params: list[torch.Tensor], clip: float | None) -> float:
-    """The gradients' total 2-norm before clipping; clipped to ``clip`` where one is set. Without one nothing
-    writes into them (``clip_grad_norm_`` would scale them by 1 in place, and a corner gradient whose buffer
-    something wrote into is cleared whole before its next use: `ofa.families.corner_grad`)."""
+    """The gradients' total 2-norm before clipping; clipped to ``clip`` where one is set (a scaling, which keeps
+    corner gradients tracked: `ofa.families.corner_grad`). Without one nothing writes into them."""
     if clip is not None:
-        return float(torch.nn.utils.clip_grad_norm_(params, clip))
+        with writes_keeping_zeros(p.grad for p in params if p.grad is not None):
+            return float(torch.nn.utils.clip_grad_norm_(params, clip))
     grads = [p.grad for p in params if p.grad is not None]
     return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
 
