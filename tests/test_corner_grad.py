@@ -125,6 +125,21 @@ def test_a_weight_given_new_storage_or_dtype_is_sliced_and_buffered_afresh():
     assert torch.equal(weight.grad, expected)
 
 
+def test_a_copy_of_the_network_holds_no_buffers_and_trains_alike():
+    space = ResNetSpace.from_dict({"widths": [0.1, 0.15, 0.2], "num_classes": 10, "resolutions": [32]})
+    torch.manual_seed(0)
+    net, x, y = OFAResNet(space).train(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
+    net.set_active(space.min_arch())
+    F.cross_entropy(net(x), y).backward()
+    net.zero_grad(set_to_none=True)
+    twin = net.copy()
+    corners = [m.corner for m in twin.modules() if isinstance(getattr(m, "corner", None), CornerGradient)]
+    assert len(corners) > 10 and all(not c.buffers and not c.weight_views for c in corners)
+    for model in (net, twin):
+        F.cross_entropy(model(x), y).backward()
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(net.parameters(), twin.parameters()) if a.grad is not None)
+
+
 def test_resnet_supernet_gradients_match_plain_slicing(monkeypatch):
     """Whole training steps of the supernet (sandwich-like mixes of subnets, gradient clipping between)."""
     space = ResNetSpace.from_dict({"widths": [0.1, 0.15, 0.2], "num_classes": 10, "resolutions": [32]})

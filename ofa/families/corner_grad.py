@@ -79,6 +79,11 @@ class CornerGradient:
         self.used = (0, 0)  # the corner that recorded forwards used since `take_used` last reset it
         self.weight_views: dict[tuple[int, int], torch.Tensor] = {}  # of the weight's storage they were made on
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> CornerGradient:
+        """A fresh one: buffers, views and the record are this weight's scratch, which a copy of the network (a
+        teacher, an extraction) would only hold in memory."""
+        return CornerGradient()
+
     def slice(self, weight: nn.Parameter, out_channels: int, in_channels: int) -> torch.Tensor:
         """``weight[:out, :in]`` (the weight itself when that is all of it), contiguous as a convolution
         wants it; its gradient goes through `accumulate` when autograd records it."""
