@@ -227,8 +227,9 @@ def test_resnet_ranks_updating_what_they_used_match_one_process(tmp_path):
     in place) with ``optimizer.update: used``, in a phase without the sandwich rule, where that rule differs from
     torch's SGD: every rank must update the same regions as one process does.
 
-    Three steps: this tiny ResNet (batches of 8 at 8 px, so 128 values per BN channel at the last stage) drifts
-    apart from one process after a few more, as rounding differences flip activations across ReLU and BN."""
+    Three steps: one process adds the step's gradients one after another where the ranks add their sums, which
+    rounds differently, and this tiny ResNet (batches of 8 at 8 px: 128 values per BN channel at the last stage)
+    drifts apart from one process after a few more steps, as those differences flip activations across ReLU."""
     recipe = Path(__file__).resolve().parent / "recipes" / "tiny_resnet.yaml"
     phase = (
         "phases=[{name: depth, depths: [0, 1], expands: [0.25, 0.35], widths: [0, 1], subnets_per_step: 2, "
