@@ -155,6 +155,13 @@ def writes_keeping_zeros(grads: Iterable[torch.Tensor]) -> Iterator[None]:
         buffer.version = buffer.tensor._version
 
 
+def nonzero_part(grad: torch.Tensor) -> torch.Tensor:
+    """The leading corner of ``grad`` outside which it is zero: a tracked corner buffer's written corner, or all
+    of it (what an all-reduce need carry: every rank ran the same subnets, so every rank's is the same)."""
+    buffer = getattr(grad, "corner_buffer", None)
+    return grad if buffer is None or buffer.written_elsewhere() else buffer.corner(*buffer.dirty)
+
+
 def _same_kind(tensor: torch.Tensor, weight: torch.Tensor) -> bool:
     return tensor.dtype == weight.dtype and tensor.device == weight.device
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ofa.families.corner_grad import writes_keeping_zeros
+from ofa.families.corner_grad import nonzero_part, writes_keeping_zeros
 from ofa.utils.errors import OFAError
 
 
@@ -92,20 +92,22 @@ def broadcast_state(module: nn.Module, env: DistEnv) -> None:
 
 
 def average_gradients(params: list[nn.Parameter], env: DistEnv) -> None:
-    """Average ``.grad`` over ranks in one flat all-reduce (every rank has the same grads set)."""
+    """Average ``.grad`` over ranks in one flat all-reduce of what may be nonzero (every rank has the same grads
+    set, and the same corners of them written)."""
     if not env.distributed:
         return
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    parts = [nonzero_part(g) for g in grads]  # a ResNet weight's gradient: the corner its subnets wrote
+    flat = torch.cat([part.reshape(-1) for part in parts])
     dist.all_reduce(flat)
     flat /= env.world_size
     offset = 0
     with writes_keeping_zeros(grads):  # every rank ran the same subnets: the same zeros
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
+        for part in parts:
+            part.copy_(flat[offset : offset + part.numel()].view_as(part))
+            offset += part.numel()
 
 
 def all_reduce_sum(values: torch.Tensor, env: DistEnv) -> torch.Tensor:
