@@ -181,6 +181,16 @@ BENCHMARKS: dict[str, Benchmark] = {
         {"overhead_max": "largest subnet", "overhead_mid": "middle", "overhead_min": "smallest"},
         on_request=True,
     ),
+    "rank_average_resnet": Benchmark(
+        ["-m", "bench.rank_average", "--json", "--rounds", "5"],
+        "2 gloo ranks (one thread each) stepping the OFA-ResNet50 supernet at the largest, middle and smallest "
+        "subnet (batch 8 per rank, 128 px, optimizer.update: used): step time with the trainer's gradient "
+        "average (each corner buffer's written corner, buffers kept tracked) / with every full-size gradient "
+        "all-reduced and written back (as before), median of per-round ratios (< 1: the trainer's is faster)",
+        ["-m", "bench.rank_average", "--json", "--rounds", "1"],
+        {"ratio_max": "largest subnet", "ratio_mid": "middle", "ratio_min": "smallest"},
+        on_request=True,
+    ),
     "elastic_overhead_same_ops": Benchmark(
         ["-m", "bench.elastic_overhead", "--json", "--invocations", "3", "--same-ops"],
         "as elastic_overhead, but the static twin runs the supernet's own op code where it differs from timm's: "
