@@ -99,8 +99,8 @@ def test_writes_that_keep_zeros_leave_the_buffer_tracked_and_others_do_not():
                 weight.grad.mul_(0.5)
         else:
             weight.grad.mul_(0.5)
-        assert corner.current.written_elsewhere() is not keep
-        assert corner.current.to_clear(2, 2) == (4 * 3 - 2 * 2 if keep else 8 * 6)
+        assert weight.grad.corner_buffer.written_elsewhere() is not keep
+        assert weight.grad.corner_buffer.to_clear(2, 2) == (4 * 3 - 2 * 2 if keep else 8 * 6)
 
 
 def test_without_gradients_the_slice_is_a_view_and_nothing_is_kept():

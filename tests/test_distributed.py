@@ -266,7 +266,9 @@ def test_the_average_over_ranks_carries_only_the_corners_a_resnet_step_wrote(mon
     average_gradients(params, DistEnv(0, 2, 0, torch.device("cpu")))
     assert all(torch.equal(p.grad, half) for p, half in zip(params, halves))
     conv = net.stem.conv3  # the smallest subnet writes a corner of it
-    rows, cols = conv.corner.current.dirty
+    rows, cols = conv.conv.weight.grad.corner_buffer.dirty
     assert (rows, cols) < tuple(conv.conv.weight.shape[:2])
     assert sent[0] < sum(p.numel() for p in params) / 2  # mostly corners
-    assert not conv.corner.current.written_elsewhere()  # still tracked: its next step clears only its corner
+    assert (
+        not conv.conv.weight.grad.corner_buffer.written_elsewhere()
+    )  # still tracked: its next step clears only its corner

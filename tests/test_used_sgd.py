@@ -76,7 +76,7 @@ def test_a_small_subnet_moves_only_what_it_used(clip):
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1e-3)
         opt.step()
     conv = used.stem.conv3  # the stem's output conv: the smallest subnet uses a corner of it
-    rows, cols = conv.corner.current.dirty
+    rows, cols = conv.conv.weight.grad.corner_buffer.dirty
     w, w0, w_plain = conv.conv.weight, before.stem.conv3.conv.weight, plain.stem.conv3.conv.weight
     assert (rows, cols) < tuple(w.shape[:2])
     assert torch.equal(w[rows:], w0[rows:]) and torch.equal(w[:, cols:], w0[:, cols:])  # unused: as it was
@@ -85,7 +85,7 @@ def test_a_small_subnet_moves_only_what_it_used(clip):
     assert not torch.equal(w[:rows, :cols], w0[:rows, :cols])
     bn, bn0 = conv.bn, before.stem.conv3.bn
     assert torch.equal(bn.weight[rows:], bn0.weight[rows:]) and not torch.equal(bn.weight[:rows], bn0.weight[:rows])
-    fc, fc0, fc_cols = used.head.fc.weight, before.head.fc.weight, used.head.fc.corner.current.dirty[1]
+    fc, fc0, fc_cols = used.head.fc.weight, before.head.fc.weight, used.head.fc.weight.grad.corner_buffer.dirty[1]
     assert torch.equal(fc[:, fc_cols:], fc0[:, fc_cols:]) and not torch.equal(fc[:, :fc_cols], fc0[:, :fc_cols])
 
 
@@ -100,7 +100,7 @@ def test_forwards_without_autograd_are_not_counted_and_each_step_starts_afresh()
     before = copy.deepcopy(used)
     step(used, opt, [SPACE.min_arch()], x, y)
     w, w0 = used.stem.conv3.conv.weight, before.stem.conv3.conv.weight
-    rows = used.stem.conv3.corner.current.dirty[0]
+    rows = used.stem.conv3.conv.weight.grad.corner_buffer.dirty[0]
     assert rows < w.shape[0] and torch.equal(w[rows:], w0[rows:])
 
 
@@ -146,8 +146,9 @@ def test_clipping_in_the_step_keeps_the_corner_gradients_tracked():
     net.set_active(SPACE.min_arch())
     F.cross_entropy(net(x), y).backward()
     gradient_norm(list(net.parameters()), 1e-3)
-    buffer = net.stem.conv3.corner.current
-    assert buffer.tensor is net.stem.conv3.conv.weight.grad and not buffer.written_elsewhere()
+    conv = net.stem.conv3
+    buffer = conv.conv.weight.grad.corner_buffer
+    assert buffer in conv.corner.buffers and not buffer.written_elsewhere()
 
 
 def test_a_closure_runs_first_and_its_forward_counts():
@@ -166,6 +167,6 @@ def test_a_closure_runs_first_and_its_forward_counts():
         losses.append(opt.step(closure))
     assert torch.equal(losses[0], losses[1])
     w, w0, w_plain = used.stem.conv3.conv.weight, before.stem.conv3.conv.weight, plain.stem.conv3.conv.weight
-    rows, cols = used.stem.conv3.corner.current.dirty
+    rows, cols = used.stem.conv3.conv.weight.grad.corner_buffer.dirty
     assert torch.equal(w[:rows, :cols], w_plain[:rows, :cols]) and not torch.equal(w[:rows, :cols], w0[:rows, :cols])
     assert torch.equal(w[rows:], w0[rows:])  # the closure's forward was the step's: only its corner moved

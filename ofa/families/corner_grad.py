@@ -39,7 +39,7 @@ class _Buffer:
 
     def __init__(self, like: torch.Tensor) -> None:
         self.tensor = torch.zeros_like(like)
-        self.tensor.corner_buffer = self  # found from ``weight.grad`` by `writes_keeping_zeros`
+        self.tensor.corner_buffer = self  # found from ``weight.grad``
         self.dirty = (0, 0)  # the corner written since the tensor was last all zero...
         self.version = self.tensor._version  # ... valid while its version counter still reads this
         self.views: dict[tuple[int, int], torch.Tensor] = {}
@@ -74,8 +74,7 @@ class CornerGradient:
     in, so a module whose parameter object is replaced still gets the right one)."""
 
     def __init__(self) -> None:
-        self.buffers: list[_Buffer] = []
-        self.current: _Buffer | None = None  # the buffer the last step's backward made ``weight.grad``
+        self.buffers: list[_Buffer] = []  # the one that is ``weight.grad`` now is ``weight.grad.corner_buffer``
         self.used = (0, 0)  # the corner that recorded forwards used since `take_used` last reset it
         self.weight_views: dict[tuple[int, int], torch.Tensor] = {}  # of the weight's storage they were made on
 
@@ -113,18 +112,18 @@ class CornerGradient:
 
     def accumulate(self, weight: nn.Parameter, grad: torch.Tensor, out_channels: int, in_channels: int) -> None:
         """Add ``grad`` (of the slice) into ``weight.grad``'s corner, starting a step's buffer where there is none."""
-        current = self.current
         if weight.grad is None:
-            current = self.current = self._cleared(weight, out_channels, in_channels)
-            current.corner(out_channels, in_channels).copy_(grad)
-            weight.grad, current.dirty = current.tensor, (out_channels, in_channels)
-        elif current is not None and weight.grad is current.tensor and not current.written_elsewhere():
-            current.corner(out_channels, in_channels).add_(grad)
-            current.dirty = (max(out_channels, current.dirty[0]), max(in_channels, current.dirty[1]))
-        else:  # a gradient that is not a buffer, or one something else wrote into: its tracking stays stale
-            weight.grad[:out_channels, :in_channels].add_(grad)
-            return
-        current.version = current.tensor._version
+            buffer = self._cleared(weight, out_channels, in_channels)
+            buffer.corner(out_channels, in_channels).copy_(grad)
+            weight.grad, buffer.dirty = buffer.tensor, (out_channels, in_channels)
+        else:
+            buffer = getattr(weight.grad, "corner_buffer", None)
+            if buffer not in self.buffers or buffer.written_elsewhere():  # its tracking (if any) stays stale
+                weight.grad[:out_channels, :in_channels].add_(grad)
+                return
+            buffer.corner(out_channels, in_channels).add_(grad)
+            buffer.dirty = (max(out_channels, buffer.dirty[0]), max(in_channels, buffer.dirty[1]))
+        buffer.version = buffer.tensor._version
 
     def _cleared(self, weight: nn.Parameter, out_channels: int, in_channels: int) -> _Buffer:
         """The buffer with least to clear outside the corner, cleared there (a new one while the pool has room
