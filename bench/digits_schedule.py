@@ -293,14 +293,28 @@ def mean_validation(row: dict[str, Any]) -> float:
     return sum(row[f"val_{k}"] for k in FIGURES) / len(FIGURES)
 
 
+def se_bar(reference: dict[str, Any], val_images: int) -> dict[str, float]:
+    """Per figure, the reference's seed-mean validation top-1 less one binomial standard error."""
+    return {k: reference[f"val_{k}"] - binomial_se(reference[f"val_{k}"], val_images) for k in FIGURES}
+
+
+def seed_means(done: list[dict[str, Any]]) -> dict[str, float]:
+    """The runs' mean training seconds and mean validation figures (what a study's table holds per entry)."""
+    return {
+        "train_seconds": round(sum(r["train_seconds"] for r in done) / len(done), 1),
+        **{f"val_{k}": round(sum(r[f"val_{k}"] for r in done) / len(done), 2) for k in FIGURES},
+    }
+
+
+def validation_text(row: dict[str, Any]) -> str:
+    """A table entry's validation figures, as the studies print them."""
+    return f"validation largest {row['val_largest']}%, smallest {row['val_smallest']}%, random {row['val_random']}%"
+
+
 def bar_of(reference: dict[str, Any] | None, val_images: int) -> dict[str, float]:
     """What a candidate must reach per figure: one binomial standard error below the reference, or the demo's
     target where that is lower (the random subnets have none)."""
-    bar = (
-        {k: reference[f"val_{k}"] - binomial_se(reference[f"val_{k}"], val_images) for k in FIGURES}
-        if reference
-        else {}
-    )
+    bar = se_bar(reference, val_images) if reference else {}
     return {k: min(TARGETS[k], bar.get(k, TARGETS[k])) if k in TARGETS else bar.get(k, 0.0) for k in FIGURES}
 
 
@@ -310,11 +324,7 @@ def summarize(rows: list[dict[str, Any]], names: list[str], seeds: list[int], va
     for name in names:
         done = [r for r in rows if r["name"] == name and r["seed"] in seeds]
         if len(done) == len(seeds):
-            table[name] = {
-                "image_passes": done[0]["image_passes"],
-                "train_seconds": round(sum(r["train_seconds"] for r in done) / len(done), 1),
-                **{f"val_{k}": round(sum(r[f"val_{k}"] for r in done) / len(done), 2) for k in FIGURES},
-            }
+            table[name] = {"image_passes": done[0]["image_passes"], **seed_means(done)}
     bar = bar_of(table.get(REFERENCE), val_images)
     for row in table.values():
         row["passes"] = all(row[f"val_{k}"] >= b for k, b in bar.items())
@@ -359,10 +369,7 @@ def main() -> int:
     if not args.json:
         for name, t in summary["candidates"].items():
             verdict = "passes" if t["passes"] else "fails"
-            print(
-                f"{name}: {t['image_passes']} image passes, {t['train_seconds']} s; validation largest "
-                f"{t['val_largest']}%, smallest {t['val_smallest']}%, random {t['val_random']}% ({verdict})"
-            )
+            print(f"{name}: {t['image_passes']} image passes, {t['train_seconds']} s; {validation_text(t)} ({verdict})")
         below = "" if summary["chosen_passes"] else " (below the bar: none within the budget passes)"
         print(f"bar on {val_images} validation images: {summary['bar']}; chosen: {summary['chosen']}{below}")
     print(json.dumps(summary))

@@ -32,7 +32,7 @@ import torch
 import yaml
 
 from bench.common import DATA, ROOT, fill_record, read_record
-from bench.digits_schedule import FIGURES, binomial_se, final_validation
+from bench.digits_schedule import final_validation, se_bar, seed_means, validation_text
 from ofa.data.datasets import build_data
 from ofa.train.loop import train
 from ofa.train.recipe import load_recipe
@@ -85,14 +85,10 @@ def summarize(rows: list[dict[str, Any]], seeds: list[int], val_images: int) -> 
     for rule in RULES:
         done = [r for r in rows if r["rule"] == rule and r["seed"] in seeds]
         if len(done) == len(seeds):
-            table[rule] = {
-                "train_seconds": round(sum(r["train_seconds"] for r in done) / len(done), 1),
-                **{f"val_{k}": round(sum(r[f"val_{k}"] for r in done) / len(done), 2) for k in FIGURES},
-            }
+            table[rule] = seed_means(done)
     result: dict[str, Any] = {"seeds": seeds, "val_images": val_images, "by_rule": table}
     if len(table) == len(RULES):
-        paper = table["all"]
-        bar = {k: round(paper[f"val_{k}"] - binomial_se(paper[f"val_{k}"], val_images), 2) for k in FIGURES}
+        bar = {k: round(b, 2) for k, b in se_bar(table["all"], val_images).items()}
         result["bar"] = bar
         result["used_passes"] = all(table["used"][f"val_{k}"] >= b for k, b in bar.items())
     return result
@@ -113,10 +109,7 @@ def main() -> int:
     summary = summarize(read_record(RECORD), args.seeds, val_images)
     if not args.json:
         for rule, t in summary["by_rule"].items():
-            print(
-                f"update: {rule}: {t['train_seconds']} s; validation largest {t['val_largest']}%, smallest "
-                f"{t['val_smallest']}%, random {t['val_random']}%"
-            )
+            print(f"update: {rule}: {t['train_seconds']} s; {validation_text(t)}")
         if "bar" in summary:
             verdict = "passes" if summary["used_passes"] else "fails"
             print(f"bar on {val_images} validation images: {summary['bar']}; update: used {verdict}")
