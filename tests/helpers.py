@@ -18,8 +18,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ofa.families.mbv3.space import SearchSpace, StageSpec
+from ofa.families.resnet.space import ResNetSpace
+from ofa.families.resnet.supernet import OFAResNet
 from ofa.lut.layer_models import layer_specs
 from ofa.lut.timing import Standalone
 from ofa.runtime import runtimes
@@ -28,6 +31,18 @@ from ofa.train.checkpoint import CheckpointStore
 from search.latency import LatencyTable
 
 TINY_RECIPE = Path(__file__).resolve().parent / "recipes" / "tiny.yaml"  # a few-second synthetic recipe
+# OFA-ResNet50's layout at the official fixture's width list, at 32 px: small enough for a step in milliseconds
+SMALL_RESNET = ResNetSpace.from_dict({"widths": [0.1, 0.15, 0.2], "num_classes": 10, "resolutions": [32]})
+
+
+def resnet_after_a_small_step() -> tuple[OFAResNet, torch.Tensor, torch.Tensor]:
+    """A seeded `SMALL_RESNET` supernet after one backward of its smallest subnet (its conv gradients are corner
+    buffers), and the batch it ran."""
+    torch.manual_seed(0)
+    net, x, y = OFAResNet(SMALL_RESNET).train(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
+    net.set_active(SMALL_RESNET.min_arch())
+    F.cross_entropy(net(x), y).backward()
+    return net, x, y
 
 
 def tiny_space(**overrides) -> SearchSpace:

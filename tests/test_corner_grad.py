@@ -8,11 +8,11 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import SMALL_RESNET, resnet_after_a_small_step
 from torch import nn
 
 from ofa.families.corner_grad import POOL_SIZE, CornerGradient, writes_keeping_zeros
 from ofa.families.resnet.encoding import sample_arch
-from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.supernet import OFAResNet
 
 
@@ -126,11 +126,7 @@ def test_a_weight_given_new_storage_or_dtype_is_sliced_and_buffered_afresh():
 
 
 def test_a_copy_of_the_network_holds_no_buffers_and_trains_alike():
-    space = ResNetSpace.from_dict({"widths": [0.1, 0.15, 0.2], "num_classes": 10, "resolutions": [32]})
-    torch.manual_seed(0)
-    net, x, y = OFAResNet(space).train(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
-    net.set_active(space.min_arch())
-    F.cross_entropy(net(x), y).backward()
+    net, x, y = resnet_after_a_small_step()
     net.zero_grad(set_to_none=True)
     twin = net.copy()
     corners = [m.corner for m in twin.modules() if isinstance(getattr(m, "corner", None), CornerGradient)]
@@ -142,7 +138,7 @@ def test_a_copy_of_the_network_holds_no_buffers_and_trains_alike():
 
 def test_resnet_supernet_gradients_match_plain_slicing(monkeypatch):
     """Whole training steps of the supernet (sandwich-like mixes of subnets, gradient clipping between)."""
-    space = ResNetSpace.from_dict({"widths": [0.1, 0.15, 0.2], "num_classes": 10, "resolutions": [32]})
+    space = SMALL_RESNET
     torch.manual_seed(0)
     nets = {True: OFAResNet(space).train()}
     nets[False] = copy.deepcopy(nets[True])

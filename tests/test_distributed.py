@@ -17,15 +17,12 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
-from helpers import FAST
+from helpers import FAST, resnet_after_a_small_step
 from helpers import TINY_RECIPE as TINY
 from torch.multiprocessing.spawn import ProcessException
 
 from ofa.cli import main
 from ofa.families.mbv3.supernet import OFAMobileNetV3
-from ofa.families.resnet.space import ResNetSpace
-from ofa.families.resnet.supernet import OFAResNet
 from ofa.lut.build import TableBuildConfig, build_table
 from ofa.train import launch, load_recipe, train
 from ofa.train.distributed import DistEnv, average_gradients
@@ -254,21 +251,15 @@ def test_resnet_ranks_updating_what_they_used_match_one_process(tmp_path):
 
 
 def test_the_average_over_ranks_carries_only_the_corners_a_resnet_step_wrote(monkeypatch):
-    space = ResNetSpace.from_dict({"widths": [0.1, 0.15, 0.2], "num_classes": 10, "resolutions": [32]})
-    torch.manual_seed(0)
-    net = OFAResNet(space).train()
-    net.set_active(space.min_arch())
-    F.cross_entropy(net(torch.randn(2, 3, 32, 32)), torch.tensor([1, 7])).backward()
+    net = resnet_after_a_small_step()[0]
     params = [p for p in net.parameters() if p.grad is not None]
     halves = [p.grad / 2 for p in params]
     sent: list[int] = []
     monkeypatch.setattr(torch.distributed, "all_reduce", lambda t: sent.append(t.numel()))  # the other rank: zeros
     average_gradients(params, DistEnv(0, 2, 0, torch.device("cpu")))
     assert all(torch.equal(p.grad, half) for p, half in zip(params, halves))
-    conv = net.stem.conv3  # the smallest subnet writes a corner of it
-    rows, cols = conv.conv.weight.grad.corner_buffer.dirty
-    assert (rows, cols) < tuple(conv.conv.weight.shape[:2])
+    weight = net.stem.conv3.conv.weight  # the smallest subnet writes a corner of it
+    buffer = weight.grad.corner_buffer
+    assert buffer.dirty < tuple(weight.shape[:2])
     assert sent[0] < sum(p.numel() for p in params) / 2  # mostly corners
-    assert (
-        not conv.conv.weight.grad.corner_buffer.written_elsewhere()
-    )  # still tracked: its next step clears only its corner
+    assert not buffer.written_elsewhere()  # still tracked: its next step clears only its corner

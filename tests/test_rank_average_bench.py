@@ -3,20 +3,14 @@ differs from it only in what it sends and in leaving the corner buffers untracke
 
 import pytest
 import torch
-import torch.nn.functional as F
+from helpers import resnet_after_a_small_step
 
 from bench import rank_average
-from ofa.families.resnet.space import ResNetSpace
-from ofa.families.resnet.supernet import OFAResNet
 from ofa.train.distributed import DistEnv, average_gradients
 
 
 def small_step_gradients() -> list[torch.nn.Parameter]:
-    space = ResNetSpace.from_dict({"widths": [0.1, 0.15, 0.2], "num_classes": 10, "resolutions": [32]})
-    torch.manual_seed(0)
-    net = OFAResNet(space).train()
-    net.set_active(space.min_arch())
-    F.cross_entropy(net(torch.randn(2, 3, 32, 32)), torch.tensor([1, 7])).backward()
+    net = resnet_after_a_small_step()[0]
     return [p for p in net.parameters() if p.grad is not None]
 
 

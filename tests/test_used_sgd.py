@@ -10,11 +10,10 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_space
+from helpers import SMALL_RESNET, tiny_space
 
 from ofa.families.mbv3.supernet import OFAMobileNetV3
 from ofa.families.resnet.encoding import sample_arch
-from ofa.families.resnet.space import ResNetSpace
 from ofa.families.resnet.supernet import OFAResNet
 from ofa.train.optim import build_optimizer
 from ofa.train.ps_step import gradient_norm
@@ -22,14 +21,13 @@ from ofa.train.recipe import OptimizerConfig, load_recipe
 from ofa.train.used_sgd import UsedWeightsSGD
 from ofa.utils.errors import OFAError
 
-SPACE = ResNetSpace.from_dict({"widths": [0.1, 0.15, 0.2], "num_classes": 10, "resolutions": [32]})
 CFG = OptimizerConfig(momentum=0.9, nesterov=True, weight_decay=1e-2)  # decay large enough to show where it acts
 USED = replace(CFG, update="used")
 
 
 def twins() -> tuple[OFAResNet, OFAResNet]:
     torch.manual_seed(0)
-    net = OFAResNet(SPACE).train()
+    net = OFAResNet(SMALL_RESNET).train()
     return net, copy.deepcopy(net)
 
 
@@ -50,10 +48,10 @@ def test_sandwich_steps_train_the_same_weights_as_torch_sgd():
     (plain, used), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
     opts = build_optimizer(plain, CFG, 0.1), build_optimizer(used, USED, 0.1)
     assert type(opts[0]) is torch.optim.SGD and isinstance(opts[1], UsedWeightsSGD)
-    small = [SPACE.min_arch(), sample_arch(SPACE, 3)]
+    small = [SMALL_RESNET.min_arch(), sample_arch(SMALL_RESNET, 3)]
     for _ in range(3):
         for net, opt in zip((plain, used), opts):
-            step(net, opt, [SPACE.max_arch(), *small], x, y)
+            step(net, opt, [SMALL_RESNET.max_arch(), *small], x, y)
     assert_same(plain, used)
     for p, q in zip(plain.parameters(), used.parameters()):
         assert torch.equal(opts[0].state[p]["momentum_buffer"], opts[1].state[q]["momentum_buffer"])
@@ -66,11 +64,11 @@ def test_a_small_subnet_moves_only_what_it_used(clip):
     (plain, used), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
     opts = build_optimizer(plain, CFG, 0.1), build_optimizer(used, USED, 0.1)
     for net, opt in zip((plain, used), opts):
-        step(net, opt, [SPACE.max_arch()], x, y)  # momentum everywhere
+        step(net, opt, [SMALL_RESNET.max_arch()], x, y)  # momentum everywhere
     before = copy.deepcopy(used)
     for net, opt in zip((plain, used), opts):
         opt.zero_grad(set_to_none=True)
-        net.set_active(SPACE.min_arch())
+        net.set_active(SMALL_RESNET.min_arch())
         F.cross_entropy(net(x), y).backward()
         if clip:
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1e-3)
@@ -93,12 +91,12 @@ def test_forwards_without_autograd_are_not_counted_and_each_step_starts_afresh()
     (_, used), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
     opt = build_optimizer(used, USED, 0.1)
     with torch.no_grad():
-        used.set_active(SPACE.max_arch())
+        used.set_active(SMALL_RESNET.max_arch())
         used(x)  # an evaluation: no weight of it is updated
-    step(used, opt, [SPACE.min_arch()], x, y)
+    step(used, opt, [SMALL_RESNET.min_arch()], x, y)
     assert used.stem.conv3.corner.used == (0, 0)  # taken by the step
     before = copy.deepcopy(used)
-    step(used, opt, [SPACE.min_arch()], x, y)
+    step(used, opt, [SMALL_RESNET.min_arch()], x, y)
     w, w0 = used.stem.conv3.conv.weight, before.stem.conv3.conv.weight
     rows = used.stem.conv3.conv.weight.grad.corner_buffer.dirty[0]
     assert rows < w.shape[0] and torch.equal(w[rows:], w0[rows:])
@@ -107,7 +105,7 @@ def test_forwards_without_autograd_are_not_counted_and_each_step_starts_afresh()
 def test_a_checkpointed_state_loads_into_either_optimizer():
     (plain, used), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
     opt = build_optimizer(used, USED, 0.1)
-    step(used, opt, [SPACE.min_arch()], x, y)
+    step(used, opt, [SMALL_RESNET.min_arch()], x, y)
     other = build_optimizer(plain, CFG, 0.1)
     other.load_state_dict(opt.state_dict())
     assert other.state_dict()["state"][0]["momentum_buffer"].shape == next(plain.parameters()).shape
@@ -143,7 +141,7 @@ def test_the_gradient_norm_without_clipping_leaves_the_gradients_unwritten():
 
 def test_clipping_in_the_step_keeps_the_corner_gradients_tracked():
     (_, net), x, y = twins(), torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
-    net.set_active(SPACE.min_arch())
+    net.set_active(SMALL_RESNET.min_arch())
     F.cross_entropy(net(x), y).backward()
     gradient_norm(list(net.parameters()), 1e-3)
     conv = net.stem.conv3
@@ -156,7 +154,7 @@ def test_a_closure_runs_first_and_its_forward_counts():
     opts = build_optimizer(plain, CFG, 0.1), build_optimizer(used, USED, 0.1)
     before, losses = copy.deepcopy(used), []
     for net, opt in zip((plain, used), opts):
-        net.set_active(SPACE.min_arch())
+        net.set_active(SMALL_RESNET.min_arch())
 
         def closure(net=net, opt=opt) -> torch.Tensor:
             opt.zero_grad(set_to_none=True)
