@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
 import tempfile
 import time
@@ -31,7 +29,8 @@ from bench.common import last_json
 from bench.elastic_overhead import three_subnets
 from bench.step_timing import SGD_SETTINGS, report
 from ofa.families.registry import family_of
-from ofa.train.distributed import DistEnv, average_gradients
+from ofa.train.distributed import DistEnv, average_gradients, process_group
+from ofa.train.launch import free_port, rank_environment
 from ofa.train.used_sgd import UsedWeightsSGD
 from search.latency import space_from_arg
 
@@ -64,16 +63,22 @@ def timed_step(
 
 def _rank(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    env = DistEnv(rank, WORLD, 0, torch.device("cpu"))
+    rank_environment(rank, WORLD, port)
+    with process_group("cpu") as env:
+        times, subnets = measure(env, args)
+    if rank == 0:
+        Path(out).write_text(summary(times, subnets))
+
+
+def measure(env: DistEnv, args: argparse.Namespace) -> tuple[dict[str, list[float]], list[str]]:
+    """Each step's seconds, keyed ``{average}_{subnet}``, over ``args.rounds`` rounds after a warm-up one."""
     space = space_from_arg("ofa_resnet50")
     nets = {}
     for name in AVERAGES:
         torch.manual_seed(0)
         net = family_of(space).supernet_type(space).train()
         nets[name] = (net, UsedWeightsSGD(net, net.parameters(), **SGD_SETTINGS))
-    torch.manual_seed(1 + rank)  # each rank its own batch
+    torch.manual_seed(1 + env.rank)  # each rank its own batch
     batch = torch.randn(args.batch, space.in_channels, args.resolution, args.resolution)
     batch = batch, torch.randint(0, space.num_classes, (args.batch,))
     subnets = three_subnets(space, args.resolution)
@@ -86,9 +91,7 @@ def _rank(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
                 seconds = timed_step(net, opt, batch, name, env)
                 if r:
                     times[f"{name}_{subnet}"].append(seconds)
-    if rank == 0:
-        Path(out).write_text(summary(times, list(subnets)))
-    dist.destroy_process_group()
+    return times, list(subnets)
 
 
 def summary(times: dict[str, list[float]], subnets: list[str]) -> str:
@@ -99,12 +102,6 @@ def summary(times: dict[str, list[float]], subnets: list[str]) -> str:
         result[f"ratio_{subnet}"] = round(statistics.median(ratios), 3)
     result["step_ms"] = {key: round(statistics.median(v) * 1000, 1) for key, v in times.items()}
     return json.dumps(result)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ def train_processes(
     threads = max(1, torch.get_num_threads() // processes)
     method = start_method(threads)
     errors = mp.get_context(method).SimpleQueue()
-    args = (processes, _free_port(), per_rank, str(out_dir), resume, threads, errors)
+    args = (processes, free_port(), per_rank, str(out_dir), resume, threads, errors)
     try:
         mp.start_processes(_rank, args=args, nprocs=processes, start_method=method)
     except ProcessException as exc:
@@ -74,16 +74,15 @@ def start_method(threads: int) -> str:
     return "fork" if threads == 1 and alone and "fork" in mp.get_all_start_methods() else "spawn"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on this machine that was free a moment ago: the ranks' rendezvous."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _rank(
-    rank: int, world: int, port: int, recipe: Recipe, out: str, resume: bool, threads: int, errors: mp.SimpleQueue
-) -> None:
-    """One rank: the environment `process_group` reads, then `train`; its `OFAError` goes to ``errors``."""
+def rank_environment(rank: int, world: int, port: int) -> None:
+    """What `process_group` reads, as torchrun sets it, for rank ``rank`` of ``world`` on this machine."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -92,6 +91,13 @@ def _rank(
         WORLD_SIZE=str(world),
         LOCAL_WORLD_SIZE=str(world),
     )
+
+
+def _rank(
+    rank: int, world: int, port: int, recipe: Recipe, out: str, resume: bool, threads: int, errors: mp.SimpleQueue
+) -> None:
+    """One rank: the environment `process_group` reads, then `train`; its `OFAError` goes to ``errors``."""
+    rank_environment(rank, world, port)
     torch.set_num_threads(threads)
     try:
         train(recipe, out, resume)
