@@ -271,3 +271,28 @@ def test_official_overhead_names_an_unknown_space_in_a_usage_error(tmp_path, cap
     with pytest.raises(SystemExit) as exc:
         official_overhead.main(["--official", str(tmp_path), "--space", "nope"])
     assert exc.value.code == 2 and "nope: space not found" in capsys.readouterr().err
+
+
+# Each of our overhead rows and the official code's row it stands beside (bench/run_all.py).
+BESIDE_OFFICIAL = {
+    "elastic_overhead": "official_overhead",
+    "elastic_overhead_proxyless": "official_overhead_proxyless",
+    "elastic_overhead_resnet": "official_overhead_resnet",
+    "elastic_overhead_resnet_used": "official_overhead_resnet",
+}
+
+
+def timing_flags(command: list[str]) -> dict[str, str]:
+    """The flags of a row's command that decide how it is timed, with their values."""
+    flags = ("--invocations", "--rounds", "--batch", "--resolution", "--space")
+    return {flag: command[command.index(flag) + 1] for flag in flags if flag in command}
+
+
+@pytest.mark.parametrize(("ours", "official"), BESIDE_OFFICIAL.items())
+def test_each_overhead_row_is_timed_as_the_official_row_beside_it(ours, official):
+    """Processes, rounds, batch, resolution and space: a row whose ratio is read beside the official code's
+    must be measured the same way (a median of more processes is a steadier figure, not the same one)."""
+    from bench.run_all import BENCHMARKS
+
+    assert timing_flags(BENCHMARKS[ours].command) == timing_flags(BENCHMARKS[official].command)
+    assert "--invocations" in timing_flags(BENCHMARKS[ours].command)
