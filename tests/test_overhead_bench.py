@@ -13,7 +13,7 @@ import torch
 from helpers import tiny_space
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from bench import elastic_breakdown, elastic_overhead, official_overhead
+from bench import elastic_breakdown, elastic_overhead, official_overhead, run_all
 from bench.step_timing import StepTimes, summarize
 from ofa.families.mbv3.elastic import ElasticSqueezeExcite
 from ofa.families.mbv3.supernet import OFAMobileNetV3
@@ -292,7 +292,6 @@ def timing_flags(command: list[str]) -> dict[str, str]:
 def test_each_overhead_row_is_timed_as_the_official_row_beside_it(ours, official):
     """Processes, rounds, batch, resolution and space: a row whose ratio is read beside the official code's
     must be measured the same way (a median of more processes is a steadier figure, not the same one)."""
-    from bench.run_all import BENCHMARKS
-
-    assert timing_flags(BENCHMARKS[ours].command) == timing_flags(BENCHMARKS[official].command)
-    assert "--invocations" in timing_flags(BENCHMARKS[ours].command)
+    rows = run_all.BENCHMARKS
+    assert timing_flags(rows[ours].command) == timing_flags(rows[official].command)
+    assert "--invocations" in timing_flags(rows[ours].command)
