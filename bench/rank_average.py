@@ -17,17 +17,15 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import torch.nn.functional as F
 
 from bench.common import last_json
 from bench.elastic_overhead import three_subnets
-from bench.step_timing import SGD_SETTINGS, report
+from bench.step_timing import SGD_SETTINGS, report, sgd_step
 from ofa.families.registry import family_of
 from ofa.train.distributed import DistEnv, average_gradients, process_group
 from ofa.train.launch import free_port, rank_environment
@@ -49,18 +47,6 @@ def average_whole(params: list[torch.nn.Parameter], env: DistEnv) -> None:
 AVERAGES = {"trainer": average_gradients, "whole": average_whole}
 
 
-def timed_step(
-    net: torch.nn.Module, opt: UsedWeightsSGD, batch: tuple[torch.Tensor, torch.Tensor], name: str, env: DistEnv
-) -> float:
-    """Seconds of one data-parallel step with the ``name`` average."""
-    start = time.perf_counter()
-    opt.zero_grad(set_to_none=True)
-    F.cross_entropy(net(batch[0]), batch[1]).backward()
-    AVERAGES[name](list(net.parameters()), env)
-    opt.step()
-    return time.perf_counter() - start
-
-
 def _rank(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     torch.set_num_threads(1)
     rank_environment(rank, WORLD, port)
@@ -77,7 +63,10 @@ def measure(env: DistEnv, args: argparse.Namespace) -> tuple[dict[str, list[floa
     for name in AVERAGES:
         torch.manual_seed(0)
         net = family_of(space).supernet_type(space).train()
-        nets[name] = (net, UsedWeightsSGD(net, net.parameters(), **SGD_SETTINGS))
+        opt = UsedWeightsSGD(net, net.parameters(), **SGD_SETTINGS)
+        params = list(net.parameters())
+        opt.register_step_pre_hook(lambda *_, average=AVERAGES[name], params=params: average(params, env))
+        nets[name] = (net, opt)  # its step averages the gradients over the ranks first, as the trainer's does
     torch.manual_seed(1 + env.rank)  # each rank its own batch
     batch = torch.randn(args.batch, space.in_channels, args.resolution, args.resolution)
     batch = batch, torch.randint(0, space.num_classes, (args.batch,))
@@ -88,9 +77,9 @@ def measure(env: DistEnv, args: argparse.Namespace) -> tuple[dict[str, list[floa
             for name in list(AVERAGES)[:: 1 if r % 2 else -1]:
                 net, opt = nets[name]
                 net.set_active(arch)
-                seconds = timed_step(net, opt, batch, name, env)
+                step = sgd_step(net, opt, *batch)
                 if r:
-                    times[f"{name}_{subnet}"].append(seconds)
+                    times[f"{name}_{subnet}"].append(step.total)
     return times, list(subnets)
 
 

@@ -29,10 +29,10 @@ from ofa.utils.errors import OFAError
 def gradient_norm(params: list[torch.Tensor], clip: float | None) -> float:
     """The gradients' total 2-norm before clipping; clipped to ``clip`` where one is set (a scaling, which keeps
     corner gradients tracked: `ofa.families.corner_grad`). Without one nothing writes into them."""
-    if clip is not None:
-        with writes_keeping_zeros(p.grad for p in params if p.grad is not None):
-            return float(torch.nn.utils.clip_grad_norm_(params, clip))
     grads = [p.grad for p in params if p.grad is not None]
+    if clip is not None:
+        with writes_keeping_zeros(grads):
+            return float(torch.nn.utils.clip_grad_norm_(params, clip))
     return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
 
 
